@@ -1,0 +1,110 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// deadTask is a task as the dead-letter listing shows it.
+type deadTask struct {
+	storage.Task
+	DiedAt *time.Time `json:"died_at"`
+}
+
+func (s *Server) listDead(c *gin.Context) {
+	queue := c.Param("name")
+	limit, err := pageLimit(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	after, err := decodeCursor(c.Query("cursor"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if ok, err := s.store.QueueExists(c, queue); err != nil || !ok {
+		s.fail(c, cmpErr(err, storage.ErrQueueNotFound))
+		return
+	}
+	tasks, next, err := s.store.ListDead(c, queue, limit, after)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := make([]deadTask, len(tasks))
+	for i, t := range tasks {
+		out[i] = deadTask{Task: t, DiedAt: t.FinishedAt}
+	}
+	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
+}
+
+func (s *Server) replayOne(c *gin.Context) {
+	id, err := taskID(c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	queue := c.Param("name")
+	tasks, err := s.store.Replay(c, queue, []uuid.UUID{id}, false)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.due(queue)
+	c.JSON(http.StatusCreated, tasks[0])
+}
+
+type replayRequest struct {
+	IDs []uuid.UUID `json:"ids"`
+	All bool        `json:"all"`
+}
+
+func (s *Server) replayMany(c *gin.Context) {
+	var req replayRequest
+	if err := decode(c, 1<<20, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if req.All == (len(req.IDs) > 0) {
+		s.fail(c, invalid(`give either "ids" (1 to %d task ids) or "all": true`, MaxBatch))
+		return
+	}
+	if len(req.IDs) > MaxBatch {
+		s.fail(c, invalid("ids may list at most %d tasks", MaxBatch))
+		return
+	}
+	queue := c.Param("name")
+	tasks, err := s.store.Replay(c, queue, req.IDs, req.All)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.due(queue)
+	c.JSON(http.StatusOK, gin.H{"replayed": tasks})
+}
+
+func (s *Server) discardDead(c *gin.Context) {
+	id, err := taskID(c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := s.store.DiscardDead(c, c.Param("name"), id); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// due tells this replica's dispatcher that queue has work due now.
+func (s *Server) due(queue string) {
+	if s.OnDue != nil {
+		s.OnDue(queue)
+	}
+}

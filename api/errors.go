@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// Error codes of the HTTP contract.
+const (
+	CodeInvalidRequest      = "invalid_request"
+	CodePayloadTooLarge     = "payload_too_large"
+	CodeNotFound            = "not_found"
+	CodeMethodNotAllowed    = "method_not_allowed"
+	CodeQueueNotFound       = "queue_not_found"
+	CodeQueueExists         = "queue_exists"
+	CodeQueueNotEmpty       = "queue_not_empty"
+	CodeTaskNotFound        = "task_not_found"
+	CodeTaskNotCancellable  = "task_not_cancellable"
+	CodeIdempotencyConflict = "idempotency_conflict"
+	CodeLeaseLost           = "lease_lost"
+	CodeUnavailable         = "unavailable"
+	CodeInternal            = "internal"
+)
+
+// Error is an error the API reports to its caller as
+// {"error": {"code": ..., "message": ...}} with Status.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func invalid(format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func tooLarge(format string, args ...any) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Message: fmt.Sprintf(format, args...)}
+}
+
+// storageErrors maps each storage sentinel to its HTTP status and code: the one
+// place where storage errors become API errors.
+var storageErrors = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{storage.ErrQueueNotFound, http.StatusNotFound, CodeQueueNotFound},
+	{storage.ErrQueueExists, http.StatusConflict, CodeQueueExists},
+	{storage.ErrQueueNotEmpty, http.StatusConflict, CodeQueueNotEmpty},
+	{storage.ErrTaskNotFound, http.StatusNotFound, CodeTaskNotFound},
+	{storage.ErrTaskNotCancellable, http.StatusConflict, CodeTaskNotCancellable},
+	{storage.ErrLeaseLost, http.StatusConflict, CodeLeaseLost},
+	{storage.ErrIdempotencyConflict, http.StatusConflict, CodeIdempotencyConflict},
+}
+
+// toAPIError turns any error into the API error to report.
+func toAPIError(err error) *Error {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr
+	}
+	for _, m := range storageErrors {
+		if errors.Is(err, m.err) {
+			msg := m.err.Error()
+			var conflict *storage.IdempotencyConflictError
+			if errors.As(err, &conflict) {
+				msg = conflict.Error()
+			}
+			return &Error{Status: m.status, Code: m.code, Message: msg}
+		}
+	}
+	if isUnavailable(err) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "a backing service (PostgreSQL or Redis) is unavailable; retry later"}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+}
+
+// isUnavailable reports whether err means PostgreSQL or Redis could not be reached.
+func isUnavailable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &pgErr):
+		// admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+		return pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03" || pgErr.Code == "53300"
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// fail writes err as the JSON error body and aborts the request.
+func (s *Server) fail(c *gin.Context, err error) {
+	apiErr := toAPIError(err)
+	if apiErr.Status >= 500 {
+		s.log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+	}
+	var body errorBody
+	body.Error.Code = apiErr.Code
+	body.Error.Message = apiErr.Message
+	c.AbortWithStatusJSON(apiErr.Status, body)
+}
+
+func logRecovered(log *slog.Logger) gin.RecoveryFunc {
+	return func(c *gin.Context, rec any) {
+		log.Error("handler panicked", "method", c.Request.Method, "path", c.FullPath(), "panic", rec)
+		var body errorBody
+		body.Error.Code = CodeInternal
+		body.Error.Message = "internal error"
+		c.AbortWithStatusJSON(http.StatusInternalServerError, body)
+	}
+}

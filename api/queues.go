@@ -1,0 +1,173 @@
+package api
+
+import (
+	"math"
+	"net/http"
+	"regexp"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+var queueNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// queueBodyLimit bounds a queue request body.
+const queueBodyLimit = 64 << 10
+
+// queueSettings are the fields of a queue that POST and PATCH may set.
+type queueSettings struct {
+	MaxRetries     Nullable[int]     `json:"max_retries"`
+	RateLimit      Nullable[float64] `json:"rate_limit"`
+	RateBurst      Nullable[int]     `json:"rate_burst"`
+	MaxConcurrency Nullable[int]     `json:"max_concurrency"`
+	BackoffBaseMs  Nullable[int64]   `json:"backoff_base_ms"`
+	BackoffMaxMs   Nullable[int64]   `json:"backoff_max_ms"`
+	Paused         Nullable[bool]    `json:"paused"`
+}
+
+type createQueueRequest struct {
+	Name string `json:"name"`
+	queueSettings
+}
+
+// apply validates the settings present and writes them into q.
+func (qs queueSettings) apply(q *storage.Queue) error {
+	if qs.MaxRetries.Set {
+		if !qs.MaxRetries.Valid || qs.MaxRetries.Value < 0 || qs.MaxRetries.Value > 100 {
+			return invalid("max_retries must be an integer from 0 to 100")
+		}
+		q.MaxRetries = qs.MaxRetries.Value
+	}
+	if qs.RateLimit.Set {
+		if qs.RateLimit.Valid && !(qs.RateLimit.Value > 0 && qs.RateLimit.Value <= 1e6) {
+			return invalid("rate_limit must be a number of tasks per second above 0 (at most 1000000), or null for unlimited")
+		}
+		q.RateLimit = qs.RateLimit.Ptr()
+	}
+	if qs.RateBurst.Set {
+		if qs.RateBurst.Valid && (qs.RateBurst.Value < 1 || qs.RateBurst.Value > 1e6) {
+			return invalid("rate_burst must be an integer from 1 to 1000000, or null for the default ceil(rate_limit)")
+		}
+		q.RateBurst = qs.RateBurst.Ptr()
+	}
+	if qs.MaxConcurrency.Set {
+		if qs.MaxConcurrency.Valid && qs.MaxConcurrency.Value < 1 {
+			return invalid("max_concurrency must be an integer of at least 1, or null for unlimited")
+		}
+		q.MaxConcurrency = qs.MaxConcurrency.Ptr()
+	}
+	const dayMs = 24 * 3600 * 1000
+	if qs.BackoffBaseMs.Set {
+		if !qs.BackoffBaseMs.Valid || qs.BackoffBaseMs.Value < 0 || qs.BackoffBaseMs.Value > dayMs {
+			return invalid("backoff_base_ms must be an integer from 0 to %d", dayMs)
+		}
+		q.BackoffBaseMs = qs.BackoffBaseMs.Value
+	}
+	if qs.BackoffMaxMs.Set {
+		if !qs.BackoffMaxMs.Valid || qs.BackoffMaxMs.Value < 0 || qs.BackoffMaxMs.Value > 30*dayMs {
+			return invalid("backoff_max_ms must be an integer from 0 to %d", 30*dayMs)
+		}
+		q.BackoffMaxMs = qs.BackoffMaxMs.Value
+	}
+	if q.BackoffMaxMs < q.BackoffBaseMs {
+		return invalid("backoff_max_ms (%d) must not be below backoff_base_ms (%d)", q.BackoffMaxMs, q.BackoffBaseMs)
+	}
+	if qs.Paused.Set {
+		if !qs.Paused.Valid {
+			return invalid("paused must be true or false")
+		}
+		q.Paused = qs.Paused.Value
+	}
+	return nil
+}
+
+// queueView is the API form of a queue: rate_burst shows its effective value.
+func queueView(q storage.Queue) storage.Queue {
+	if q.RateBurst == nil && q.RateLimit != nil {
+		burst := max(1, int(math.Ceil(*q.RateLimit)))
+		q.RateBurst = &burst
+	}
+	return q
+}
+
+func (s *Server) createQueue(c *gin.Context) {
+	var req createQueueRequest
+	if err := decode(c, queueBodyLimit, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if !queueNamePattern.MatchString(req.Name) {
+		s.fail(c, invalid("name is required and must match %s", queueNamePattern))
+		return
+	}
+	q := storage.Queue{Name: req.Name, MaxRetries: 3,
+		BackoffBaseMs: s.cfg.BackoffBase.Milliseconds(), BackoffMaxMs: s.cfg.BackoffMax.Milliseconds()}
+	if err := req.apply(&q); err != nil {
+		s.fail(c, err)
+		return
+	}
+	created, err := s.store.CreateQueue(c, q)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, queueView(created))
+}
+
+func (s *Server) listQueues(c *gin.Context) {
+	qs, err := s.store.ListQueues(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	views := make([]storage.Queue, len(qs))
+	for i, q := range qs {
+		views[i] = queueView(q)
+	}
+	c.JSON(http.StatusOK, gin.H{"queues": views})
+}
+
+func (s *Server) getQueue(c *gin.Context) {
+	q, err := s.store.GetQueue(c, c.Param("name"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, queueView(q))
+}
+
+func (s *Server) updateQueue(c *gin.Context) {
+	var req queueSettings
+	if err := decode(c, queueBodyLimit, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	q, err := s.store.UpdateQueue(c, c.Param("name"), req.apply)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, queueView(q))
+}
+
+func (s *Server) deleteQueue(c *gin.Context) {
+	name := c.Param("name")
+	if err := s.store.DeleteQueue(c, name); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := s.buf.Drop(c, name); err != nil {
+		s.log.Warn("queue deleted but its buffer was not dropped", "queue", name, "err", err)
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) stats(c *gin.Context) {
+	st, err := s.store.Stats(c, c.Param("name"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, st)
+}

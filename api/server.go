@@ -1,0 +1,166 @@
+// Package api serves TaskForge's HTTP contract (DESIGN §4): queues, tasks, the
+// worker protocol, the dead-letter queue and health endpoints.
+//
+// Handlers validate every input before touching anything (bad input gets a 4xx JSON
+// error and changes nothing), then call storage for every state change and the
+// buffer for hints. The API never changes task state in Redis and keeps no state
+// that another replica would need: long-poll waiters are local, and are woken by
+// the buffer's pub/sub channel, which every replica hears.
+package api
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/storage"
+)
+
+// Config tunes the API. Zero fields take the defaults.
+type Config struct {
+	// LeaseTimeout is the lease a poll or heartbeat grants. Defaults to 30s.
+	LeaseTimeout time.Duration
+	// HeartbeatInterval is advertised to workers. Defaults to 10s.
+	HeartbeatInterval time.Duration
+	// MaxPayloadBytes bounds a task's payload and an ack's result. Defaults to 1 MiB.
+	MaxPayloadBytes int64
+	// BackoffBase and BackoffMax are the backoff defaults of new queues.
+	// Default to 1s and 1h.
+	BackoffBase, BackoffMax time.Duration
+	// WakeFallback bounds how long a long-poll waits between buffer checks when no
+	// wake-up arrives (a lost pub/sub message). Defaults to 1s.
+	WakeFallback time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 30*time.Second)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, 10*time.Second)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, 1<<20)
+	c.BackoffBase = cmp.Or(c.BackoffBase, time.Second)
+	c.BackoffMax = cmp.Or(c.BackoffMax, time.Hour)
+	c.WakeFallback = cmp.Or(c.WakeFallback, time.Second)
+	return c
+}
+
+// Server is the HTTP API of one replica.
+type Server struct {
+	store  *storage.Store
+	buf    *buffer.Buffer
+	cfg    Config
+	log    *slog.Logger
+	hub    *wakeHub
+	engine *gin.Engine
+	// OnDue, when set, is called when a nack or replay leaves a queue with work due
+	// now, so the replica's dispatcher can run without waiting for its tick.
+	OnDue func(queue string)
+
+	seenMu sync.Mutex
+	seen   map[string]time.Time // worker id → when this replica last recorded it
+
+	drainOnce sync.Once
+	draining  chan struct{} // closed by Drain: long polls return at once
+}
+
+// Drain makes waiting long polls return (empty) at once, so a shutdown does not wait
+// for them; other requests are unaffected.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// New returns a Server. Call Run to receive wake-ups and Handler to serve.
+func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Server {
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
+		seen: make(map[string]time.Time), draining: make(chan struct{})}
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(gin.CustomRecovery(logRecovered(log)))
+	e.NoRoute(func(c *gin.Context) {
+		s.fail(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route"})
+	})
+	e.NoMethod(func(c *gin.Context) {
+		s.fail(c, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "method not allowed on this route"})
+	})
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", gin.WrapH(promhttp.Handler()))
+
+	e.POST("/queues", s.createQueue)
+	e.GET("/queues", s.listQueues)
+	e.GET("/queues/:name", s.getQueue)
+	e.PATCH("/queues/:name", s.updateQueue)
+	e.DELETE("/queues/:name", s.deleteQueue)
+	e.GET("/queues/:name/stats", s.stats)
+
+	e.POST("/queues/:name/tasks", s.enqueue)
+	e.POST("/queues/:name/tasks/batch", s.enqueueBatch)
+	e.GET("/queues/:name/tasks", s.listTasks)
+	e.GET("/queues/:name/tasks/:id", s.getTask)
+	e.DELETE("/queues/:name/tasks/:id", s.cancelTask)
+
+	e.GET("/queues/:name/dlq", s.listDead)
+	e.POST("/queues/:name/dlq/replay", s.replayMany)
+	e.POST("/queues/:name/dlq/:id/replay", s.replayOne)
+	e.DELETE("/queues/:name/dlq/:id", s.discardDead)
+
+	e.POST("/workers/poll", s.poll)
+	e.POST("/workers/heartbeat", s.heartbeat)
+	e.POST("/workers/ack", s.ack)
+	e.POST("/workers/nack", s.nack)
+	e.GET("/workers", s.listWorkers)
+	s.engine = e
+	return s
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Engine returns the gin engine, for mounting further routes (dashboard, metrics).
+func (s *Server) Engine() *gin.Engine { return s.engine }
+
+// Run listens for buffer wake-ups and rouses long-poll waiters until ctx is done.
+// It returns nil when ctx is cancelled.
+func (s *Server) Run(ctx context.Context) error {
+	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel())
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
+				s.hub.wake(queue, n)
+			}
+		}
+	}
+}
+
+func (s *Server) healthz(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+func (s *Server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c, 2*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.fail(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "PostgreSQL unreachable: " + err.Error()})
+		return
+	}
+	if err := s.buf.Client().Ping(ctx).Err(); err != nil {
+		s.fail(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "Redis unreachable: " + err.Error()})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}

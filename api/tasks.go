@@ -1,0 +1,333 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// MaxBatch is the most tasks one batch enqueue may carry.
+const MaxBatch = 1000
+
+// enqueueRequest is the body of POST /queues/:name/tasks and one element of a batch.
+type enqueueRequest struct {
+	Payload        json.RawMessage `json:"payload"`
+	Priority       *int            `json:"priority"`
+	ScheduledAt    *time.Time      `json:"scheduled_at"`
+	MaxRetries     *int            `json:"max_retries"`
+	TimeoutSeconds *int            `json:"timeout_seconds"`
+	IdempotencyKey *string         `json:"idempotency_key"`
+}
+
+type batchRequest struct {
+	Tasks []enqueueRequest `json:"tasks"`
+}
+
+// toNewTask validates r and returns the task to insert.
+func (s *Server) toNewTask(queue string, r enqueueRequest) (storage.NewTask, error) {
+	if len(r.Payload) == 0 {
+		return storage.NewTask{}, invalid("payload is required (any JSON value)")
+	}
+	if int64(len(r.Payload)) > s.cfg.MaxPayloadBytes {
+		return storage.NewTask{}, tooLarge("payload is %d bytes; the limit is %d", len(r.Payload), s.cfg.MaxPayloadBytes)
+	}
+	t := storage.NewTask{Payload: r.Payload, Priority: 5, ScheduledAt: r.ScheduledAt,
+		MaxRetries: r.MaxRetries, TimeoutSeconds: r.TimeoutSeconds, IdempotencyKey: r.IdempotencyKey}
+	if r.Priority != nil {
+		if *r.Priority < 1 || *r.Priority > 10 {
+			return t, invalid("priority must be an integer from 1 (highest) to 10 (lowest)")
+		}
+		t.Priority = *r.Priority
+	}
+	if r.MaxRetries != nil && (*r.MaxRetries < 0 || *r.MaxRetries > 100) {
+		return t, invalid("max_retries must be an integer from 0 to 100")
+	}
+	if r.TimeoutSeconds != nil && (*r.TimeoutSeconds < 1 || *r.TimeoutSeconds > 7*24*3600) {
+		return t, invalid("timeout_seconds must be an integer from 1 to %d", 7*24*3600)
+	}
+	if r.ScheduledAt != nil {
+		if r.ScheduledAt.Year() < 2000 || r.ScheduledAt.Year() > 9999 {
+			return t, invalid("scheduled_at must be an RFC 3339 time between the years 2000 and 9999")
+		}
+		utc := r.ScheduledAt.UTC()
+		t.ScheduledAt = &utc
+	}
+	if r.IdempotencyKey != nil {
+		if k := *r.IdempotencyKey; k == "" || len(k) > 255 {
+			return t, invalid("idempotency_key must be 1 to 255 characters")
+		}
+		fp, err := fingerprint(queue, t)
+		if err != nil {
+			return t, err
+		}
+		t.Fingerprint = fp
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return t, fmt.Errorf("new task id: %w", err)
+	}
+	t.ID = id
+	return t, nil
+}
+
+// fingerprint is the SHA-256 of the canonical request: queue, payload (keys sorted,
+// numbers as written), priority, schedule and budget. Two requests with one key are
+// "the same" exactly when their fingerprints match.
+func fingerprint(queue string, t storage.NewTask) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(t.Payload))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, invalid("payload: %v", err)
+	}
+	canonical := struct {
+		Queue          string     `json:"queue"`
+		Payload        any        `json:"payload"`
+		Priority       int        `json:"priority"`
+		ScheduledAt    *time.Time `json:"scheduled_at"`
+		MaxRetries     *int       `json:"max_retries"`
+		TimeoutSeconds *int       `json:"timeout_seconds"`
+	}{queue, v, t.Priority, t.ScheduledAt, t.MaxRetries, t.TimeoutSeconds}
+	b, err := json.Marshal(canonical)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+func (s *Server) enqueue(c *gin.Context) {
+	queue := c.Param("name")
+	var req enqueueRequest
+	if err := decode(c, s.cfg.MaxPayloadBytes+64<<10, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if header := c.GetHeader("Idempotency-Key"); header != "" {
+		if req.IdempotencyKey != nil && *req.IdempotencyKey != header {
+			s.fail(c, invalid("the Idempotency-Key header and idempotency_key field differ"))
+			return
+		}
+		req.IdempotencyKey = &header
+	}
+	t, err := s.toNewTask(queue, req)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out, err := s.store.Enqueue(c, queue, []storage.NewTask{t})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	status := http.StatusCreated
+	if !out[0].Created {
+		status = http.StatusOK
+	}
+	c.JSON(status, out[0].Task)
+}
+
+func (s *Server) enqueueBatch(c *gin.Context) {
+	queue := c.Param("name")
+	var req batchRequest
+	if err := decode(c, 32*(s.cfg.MaxPayloadBytes+4<<10), &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if len(req.Tasks) == 0 || len(req.Tasks) > MaxBatch {
+		s.fail(c, invalid("tasks must hold 1 to %d tasks", MaxBatch))
+		return
+	}
+	tasks := make([]storage.NewTask, len(req.Tasks))
+	for i, r := range req.Tasks {
+		t, err := s.toNewTask(queue, r)
+		if err != nil {
+			if apiErr, ok := err.(*Error); ok {
+				err = &Error{Status: apiErr.Status, Code: apiErr.Code, Message: fmt.Sprintf("tasks[%d]: %s", i, apiErr.Message)}
+			}
+			s.fail(c, err)
+			return
+		}
+		tasks[i] = t
+	}
+	out, err := s.store.Enqueue(c, queue, tasks)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	views := make([]storage.Task, len(out))
+	for i, e := range out {
+		views[i] = e.Task
+	}
+	c.JSON(http.StatusCreated, gin.H{"tasks": views})
+}
+
+// taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.
+type taskWithHistory struct {
+	storage.Task
+	AttemptHistory []storage.Attempt `json:"attempt_history"`
+}
+
+func (s *Server) getTask(c *gin.Context) {
+	id, err := taskID(c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	t, attempts, err := s.store.GetTask(c, c.Param("name"), id)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if attempts == nil {
+		attempts = []storage.Attempt{}
+	}
+	c.JSON(http.StatusOK, taskWithHistory{Task: t, AttemptHistory: attempts})
+}
+
+// taskID parses a task id from a path; an id that is not a UUID names no task.
+func taskID(raw string) (uuid.UUID, error) {
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		return uuid.Nil, &Error{Status: http.StatusNotFound, Code: CodeTaskNotFound, Message: "task ids are UUIDs; no task " + strconv.Quote(raw)}
+	}
+	return id, nil
+}
+
+// pageLimit reads the limit query parameter: 1..500, default 100.
+func pageLimit(c *gin.Context) (int, error) {
+	raw := c.Query("limit")
+	if raw == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > 500 {
+		return 0, invalid("limit must be an integer from 1 to 500")
+	}
+	return n, nil
+}
+
+func encodeCursor(cur *storage.Cursor) *string {
+	if cur == nil {
+		return nil
+	}
+	s := base64.RawURLEncoding.EncodeToString([]byte(cur.Time.UTC().Format(time.RFC3339Nano) + "|" + cur.ID.String()))
+	return &s
+}
+
+func decodeCursor(raw string) (*storage.Cursor, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	if err == nil {
+		ts, id, ok := strings.Cut(string(b), "|")
+		if ok {
+			t, errT := time.Parse(time.RFC3339Nano, ts)
+			u, errU := uuid.Parse(id)
+			if errT == nil && errU == nil {
+				return &storage.Cursor{Time: t, ID: u}, nil
+			}
+		}
+	}
+	return nil, invalid("cursor is not one this API returned")
+}
+
+func queryTime(c *gin.Context, name string) (*time.Time, error) {
+	raw := c.Query(name)
+	if raw == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return nil, invalid("%s must be an RFC 3339 time", name)
+	}
+	return &t, nil
+}
+
+func (s *Server) listTasks(c *gin.Context) {
+	queue := c.Param("name")
+	f := storage.TaskFilter{Queue: queue, Status: c.Query("status"), WorkerID: c.Query("worker_id")}
+	var err error
+	if f.Status != "" && !validStatus(f.Status) {
+		s.fail(c, invalid("status must be one of %s", strings.Join(storage.Statuses, ", ")))
+		return
+	}
+	if f.Limit, err = pageLimit(c); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if f.CreatedAfter, err = queryTime(c, "created_after"); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if f.After, err = decodeCursor(c.Query("cursor")); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if ok, err := s.store.QueueExists(c, queue); err != nil || !ok {
+		s.fail(c, cmpErr(err, storage.ErrQueueNotFound))
+		return
+	}
+	tasks, next, err := s.store.ListTasks(c, f)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"tasks": tasks, "next_cursor": encodeCursor(next)})
+}
+
+// cmpErr returns err when set, else fallback.
+func cmpErr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+func validStatus(s string) bool {
+	for _, st := range storage.Statuses {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) cancelTask(c *gin.Context) {
+	id, err := taskID(c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	queue := c.Param("name")
+	t, err := s.store.CancelTask(c, queue, id)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if t.Status == storage.StatusExecuting {
+		c.JSON(http.StatusAccepted, t)
+		return
+	}
+	// The buffer may still hold the id; a claim would skip it anyway.
+	if err := s.buf.Remove(c, queue, id); err != nil {
+		s.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
+	}
+	c.JSON(http.StatusOK, t)
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/server"
+	"github.com/taskforge/taskforge/storage"
+)
+
+// serverFlags binds every server setting to a flag whose default comes from its
+// environment variable (DESIGN §5), so each setting is both.
+type serverFlags struct {
+	cfg       server.Config
+	logFormat string
+	logLevel  string
+	envErrs   []error // environment values that did not parse
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+// durationVar registers a duration flag defaulting to $env (or def).
+func (f *serverFlags) durationVar(fs *pflag.FlagSet, p *time.Duration, flag, env string, def time.Duration, usage string) {
+	d := def
+	if v, ok := os.LookupEnv(env); ok {
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			f.envErrs = append(f.envErrs, fmt.Errorf("$%s: %w", env, err))
+		}
+		d = parsed
+	}
+	fs.DurationVar(p, flag, d, usage+" ($"+env+")")
+}
+
+func (f *serverFlags) register(fs *pflag.FlagSet) {
+	c := &f.cfg
+	fs.StringVar(&c.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
+	fs.StringVar(&c.RedisURL, "redis-url", envOr("REDIS_URL", ""), "Redis URL ($REDIS_URL)")
+	fs.StringVar(&c.Listen, "listen", envOr("TASKFORGE_LISTEN", ":8080"), "HTTP listen address ($TASKFORGE_LISTEN)")
+	f.durationVar(fs, &c.LeaseTimeout, "lease-timeout", "TASKFORGE_LEASE_TIMEOUT", 30*time.Second, "lease granted by a poll or heartbeat")
+	f.durationVar(fs, &c.HeartbeatInterval, "heartbeat-interval", "TASKFORGE_HEARTBEAT_INTERVAL", 10*time.Second, "heartbeat interval advertised to workers")
+	f.durationVar(fs, &c.WatchdogInterval, "watchdog-interval", "TASKFORGE_WATCHDOG_INTERVAL", 15*time.Second, "longest pause between watchdog sweeps")
+	f.durationVar(fs, &c.DispatchInterval, "dispatch-interval", "TASKFORGE_DISPATCH_INTERVAL", time.Second, "dispatcher tick")
+	f.durationVar(fs, &c.BackoffBase, "backoff-base", "TASKFORGE_BACKOFF_BASE", time.Second, "default retry backoff base of new queues")
+	f.durationVar(fs, &c.BackoffMax, "backoff-max", "TASKFORGE_BACKOFF_MAX", time.Hour, "default retry backoff cap of new queues")
+	maxPayload, err := strconv.ParseInt(envOr("TASKFORGE_MAX_PAYLOAD_BYTES", "1048576"), 10, 64)
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_MAX_PAYLOAD_BYTES: %w", err))
+	}
+	fs.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", maxPayload, "largest task payload or result ($TASKFORGE_MAX_PAYLOAD_BYTES)")
+	fs.StringVar(&c.RedisPrefix, "redis-prefix", envOr("TASKFORGE_REDIS_PREFIX", "taskforge"), "prefix of every Redis key ($TASKFORGE_REDIS_PREFIX)")
+	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
+	fs.StringVar(&f.logFormat, "log-format", envOr("TASKFORGE_LOG_FORMAT", "json"), "log format: json or text ($TASKFORGE_LOG_FORMAT)")
+	fs.StringVar(&f.logLevel, "log-level", envOr("TASKFORGE_LOG_LEVEL", "info"), "log level: debug, info, warn, error ($TASKFORGE_LOG_LEVEL)")
+}
+
+func serveCommand() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a TaskForge replica: API, dispatcher and watchdog",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(f.envErrs...); err != nil {
+				return exitError{2, err}
+			}
+			log, err := newLogger(f.logFormat, f.logLevel)
+			if err != nil {
+				return exitError{2, err}
+			}
+			srv, err := server.New(cmd.Context(), f.cfg, log)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			return srv.ListenAndServe(cmd.Context())
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+func migrateCommand() *cobra.Command {
+	var databaseURL string
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending database migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if databaseURL == "" {
+				return exitError{2, errors.New("--database-url or $DATABASE_URL is required")}
+			}
+			pool, err := storage.Connect(cmd.Context(), databaseURL, 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			applied, err := migrations.Apply(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			cmd.Printf("applied %d migration(s) %v\n", len(applied), applied)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
+	return cmd
+}

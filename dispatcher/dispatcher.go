@@ -1,0 +1,226 @@
+// Package dispatcher mirrors due work from PostgreSQL into the Redis buffer.
+//
+// It moves due pending and retry tasks to 'claimed' in batches (FOR UPDATE SKIP
+// LOCKED, so any number of replicas can run it) and adds their ids to the queue's
+// sorted set. It keeps each buffer topped up to a target size rather than mirroring
+// the whole backlog, and its repair pass re-adds claimed tasks whose buffer entry
+// was lost (Redis restart, FLUSHALL, a crash between commit and ZADD).
+//
+// The dispatcher never changes a task that is executing, and never decides whether a
+// task runs: the claim in PostgreSQL does.
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/storage"
+)
+
+// Config tunes a Dispatcher. Zero fields take the defaults.
+type Config struct {
+	// Interval between passes when no NOTIFY arrives. Defaults to 1s.
+	Interval time.Duration
+	// BufferTarget is how many ids each queue's buffer is topped up to. Defaults to 1000.
+	BufferTarget int
+	// BatchSize is the most tasks one dispatch statement moves. Defaults to 500.
+	BatchSize int
+	// RepairInterval is how often the repair pass runs. Defaults to 5s.
+	RepairInterval time.Duration
+	// RepairAfter is how long a task must have been buffered before a missing entry
+	// counts as lost. Defaults to 2s.
+	RepairAfter time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Interval = cmp.Or(c.Interval, time.Second)
+	c.BufferTarget = cmp.Or(c.BufferTarget, 1000)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.RepairInterval = cmp.Or(c.RepairInterval, 5*time.Second)
+	c.RepairAfter = cmp.Or(c.RepairAfter, 2*time.Second)
+	return c
+}
+
+// Dispatcher moves due tasks into the buffer. Create it with New; run it with Run.
+type Dispatcher struct {
+	store  *storage.Store
+	buf    *buffer.Buffer
+	cfg    Config
+	log    *slog.Logger
+	wakeMu sync.Mutex
+	wake   chan struct{}
+}
+
+// New returns a Dispatcher.
+func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Dispatcher {
+	return &Dispatcher{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a dispatch pass as soon as possible.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run dispatches until ctx is done: on every NOTIFY on storage.DueChannel, on every
+// tick, and repairs lost buffer entries every RepairInterval. It returns nil when
+// ctx is cancelled.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.listen(ctx)
+	}()
+	defer wg.Wait()
+
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	lastRepair := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-d.wake:
+		}
+		if _, err := d.DispatchOnce(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("dispatch pass failed", "err", err)
+		}
+		if time.Since(lastRepair) >= d.cfg.RepairInterval {
+			lastRepair = time.Now()
+			if n, err := d.RepairOnce(ctx); err != nil && ctx.Err() == nil {
+				d.log.Warn("buffer repair failed", "err", err)
+			} else if n > 0 {
+				d.log.Info("re-added lost buffer entries", "count", n)
+			}
+		}
+		tick.Reset(jitter(d.cfg.Interval))
+	}
+}
+
+// jitter spreads replicas' ticks by up to ±10%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
+}
+
+// listen wakes the loop on NOTIFY. It reconnects with backoff until ctx is done.
+func (d *Dispatcher) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Warn("dispatcher LISTEN connection lost; falling back to ticks", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (d *Dispatcher) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, d.store.Pool().Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+storage.DueChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	d.Wake() // anything enqueued while we were not listening
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		d.Wake()
+	}
+}
+
+// DispatchOnce tops up every queue's buffer from its due tasks and returns how many
+// tasks it moved.
+func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
+	queues, err := d.store.ListQueues(ctx)
+	if err != nil {
+		return 0, err
+	}
+	names := make([]string, len(queues))
+	for i, q := range queues {
+		names[i] = q.Name
+	}
+	sizes, err := d.buf.Sizes(ctx, names)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var errs []error
+	for _, q := range names {
+		room := d.cfg.BufferTarget - int(sizes[q])
+		for room > 0 {
+			moved, err := d.dispatchQueue(ctx, q, min(room, d.cfg.BatchSize))
+			total += moved
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if moved < min(room, d.cfg.BatchSize) {
+				break
+			}
+			room -= moved
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int) (int, error) {
+	tasks, err := d.store.DispatchDue(ctx, queue, limit)
+	if err != nil {
+		return 0, err
+	}
+	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
+	if err := d.buf.Add(ctx, queue, tasks); err != nil {
+		return len(tasks), err
+	}
+	return len(tasks), nil
+}
+
+// RepairOnce re-adds claimed tasks whose buffer entries are missing, and returns how
+// many it re-added. A re-added id that a poller popped meanwhile is harmless: its
+// second claim finds it no longer claimable and drops it.
+func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
+	queues, err := d.store.ListQueues(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, q := range queues {
+		claimed, err := d.store.ListClaimed(ctx, q.Name, d.cfg.RepairAfter, 4*d.cfg.BufferTarget)
+		if err != nil {
+			return total, err
+		}
+		missing, err := d.buf.Missing(ctx, q.Name, claimed)
+		if err != nil {
+			return total, err
+		}
+		if err := d.buf.Add(ctx, q.Name, missing); err != nil {
+			return total, err
+		}
+		total += len(missing)
+	}
+	return total, nil
+}

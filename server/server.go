@@ -1,0 +1,227 @@
+// Package server wires one TaskForge replica together: the PostgreSQL pool and
+// migrations, the Redis buffer, the HTTP API, the dispatcher and the watchdog, and
+// runs them until its context ends, then drains. It owns no queue logic.
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskforge/taskforge/api"
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/watchdog"
+)
+
+// Config is everything a replica needs. Zero durations and sizes take the defaults
+// of DESIGN §5.
+type Config struct {
+	DatabaseURL string // required
+	RedisURL    string // required unless Redis is given
+	Listen      string // defaults to ":8080"
+	// Redis, when set, is used instead of dialling RedisURL (the embedded dev mode).
+	Redis redis.UniversalClient
+
+	LeaseTimeout      time.Duration // defaults to 30s
+	HeartbeatInterval time.Duration // defaults to 10s
+	WatchdogInterval  time.Duration // defaults to 15s
+	DispatchInterval  time.Duration // defaults to 1s
+	BackoffBase       time.Duration // defaults to 1s
+	BackoffMax        time.Duration // defaults to 1h
+	MaxPayloadBytes   int64         // defaults to 1 MiB
+	RedisPrefix       string        // defaults to "taskforge"
+	NoMigrate         bool          // skip applying migrations at start
+	// ShutdownTimeout bounds the drain of in-flight requests. Defaults to 10s.
+	ShutdownTimeout time.Duration
+	// DBMaxConns sizes the PostgreSQL pool. Defaults to pgx's default (max(4, CPUs)).
+	DBMaxConns int32
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Listen = cmp.Or(c.Listen, ":8080")
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 30*time.Second)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, 10*time.Second)
+	c.WatchdogInterval = cmp.Or(c.WatchdogInterval, 15*time.Second)
+	c.DispatchInterval = cmp.Or(c.DispatchInterval, time.Second)
+	c.BackoffBase = cmp.Or(c.BackoffBase, time.Second)
+	c.BackoffMax = cmp.Or(c.BackoffMax, time.Hour)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, 1<<20)
+	c.RedisPrefix = cmp.Or(c.RedisPrefix, "taskforge")
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("DATABASE_URL is required")
+	case c.RedisURL == "" && c.Redis == nil:
+		return errors.New("REDIS_URL is required")
+	case strings.ContainsAny(c.RedisPrefix, "{}"):
+		return errors.New("TASKFORGE_REDIS_PREFIX must not contain '{' or '}' (they delimit Redis Cluster hash tags)")
+	case c.HeartbeatInterval >= c.LeaseTimeout:
+		return fmt.Errorf("TASKFORGE_HEARTBEAT_INTERVAL (%s) must be shorter than TASKFORGE_LEASE_TIMEOUT (%s)", c.HeartbeatInterval, c.LeaseTimeout)
+	case c.BackoffMax < c.BackoffBase:
+		return errors.New("TASKFORGE_BACKOFF_MAX must not be below TASKFORGE_BACKOFF_BASE")
+	case c.MaxPayloadBytes < 1:
+		return errors.New("TASKFORGE_MAX_PAYLOAD_BYTES must be positive")
+	}
+	return nil
+}
+
+// Server is one running replica.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	pool       *pgxpool.Pool
+	rdb        redis.UniversalClient
+	ownsRedis  bool
+	API        *api.Server
+	Dispatcher *dispatcher.Dispatcher
+	Watchdog   *watchdog.Watchdog
+	Store      *storage.Store
+	Buffer     *buffer.Buffer
+}
+
+// New connects to PostgreSQL and Redis, applies migrations (unless NoMigrate) and
+// builds the components. Close releases the connections.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := storage.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, pool: pool, rdb: cfg.Redis}
+	if s.rdb == nil {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+		}
+		s.rdb = redis.NewClient(opts)
+		s.ownsRedis = true
+	}
+	if !cfg.NoMigrate {
+		applied, err := migrations.Apply(ctx, pool)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		if len(applied) > 0 {
+			log.Info("applied migrations", "versions", applied)
+		}
+	}
+	s.checkEvictionPolicy(ctx)
+
+	s.Store = storage.New(pool)
+	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
+	s.API = api.New(s.Store, s.Buffer, api.Config{
+		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
+	}, log.With("component", "api"))
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval},
+		log.With("component", "dispatcher"))
+	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
+		log.With("component", "watchdog"))
+	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
+	return s, nil
+}
+
+// checkEvictionPolicy warns unless Redis refuses to evict keys: evicted buffer
+// entries heal, but evicted rate-limit state would not.
+func (s *Server) checkEvictionPolicy(ctx context.Context) {
+	policy, err := s.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		s.log.Warn("could not read Redis maxmemory-policy; make sure it is noeviction", "err", err)
+		return
+	}
+	if p := policy["maxmemory-policy"]; p != "noeviction" {
+		s.log.Warn("Redis maxmemory-policy is not noeviction: Redis may evict TaskForge's keys under memory pressure; set maxmemory-policy noeviction",
+			"maxmemory-policy", p)
+	}
+}
+
+// Close releases the database pool and the Redis client (when New opened it).
+func (s *Server) Close() {
+	s.pool.Close()
+	if s.ownsRedis {
+		_ = s.rdb.Close()
+	}
+}
+
+// Serve runs the API on ln and the background loops until ctx is done, then stops
+// accepting requests, lets in-flight ones finish (bounded by ShutdownTimeout), and
+// stops the loops. It returns the first error that stopped it early.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Requests get their own context, so that in-flight ones can finish during the drain.
+	httpServer := &http.Server{Handler: s.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("wake listener", s.API.Run)
+	run("dispatcher", s.Dispatcher.Run)
+	run("watchdog", s.Watchdog.Run)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+			cancel()
+		}
+	}()
+	s.log.Info("taskforge serving", "addr", ln.Addr().String())
+
+	<-ctx.Done()
+	s.API.Drain()
+	shutdownCtx, stop := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer stop()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		s.log.Warn("in-flight requests cut off at shutdown", "err", err)
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// ListenAndServe listens on Config.Listen and calls Serve.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	return s.Serve(ctx, ln)
+}

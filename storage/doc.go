@@ -1,0 +1,24 @@
+// Package storage is TaskForge's only door to PostgreSQL, the authority for queues,
+// tasks, attempts and workers.
+//
+// Every SQL statement TaskForge runs lives in queries.go. Each state change of a task
+// is one statement (or one short transaction) that changes the task row and its
+// attempt row together, and is conditional on the state it expects, so concurrent
+// replicas can never both win: a claim only takes tasks still 'claimed', an ack only
+// succeeds with the current, unexpired lease token. All time arithmetic uses the
+// database clock (now()); durations arrive as parameters in milliseconds.
+//
+// Task states:
+//
+//	pending ──DispatchDue──► claimed ──ClaimTasks──► executing ──Ack──► done
+//	   ▲                                                 │
+//	   │             retry ◄──Nack(retryable)/ReclaimExpired (budget left)
+//	   │               │                                 └──Nack(permanent)/budget spent──► dead
+//	   │               └──DispatchDue (backoff elapsed)──► claimed
+//	   └── Replay (a new task) ◄── dead
+//	pending|claimed|retry ──Cancel──► cancelled;  executing ──Cancel──► cancel_requested
+//
+// Storage never touches Redis: callers mirror what it returns into the buffer.
+// It maps pgx.ErrNoRows and constraint violations to the sentinel errors below and
+// lets no pgx error type escape for those cases.
+package storage

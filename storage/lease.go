@@ -1,0 +1,173 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// DispatchDue moves up to limit due pending or retry tasks of queue to claimed, best
+// first, and returns them for mirroring into the buffer.
+func (s *Store) DispatchDue(ctx context.Context, queue string, limit int) ([]Buffered, error) {
+	rows, err := s.pool.Query(ctx, dispatchDue, queue, limit)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Buffered])
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// ListClaimed returns up to limit tasks of queue mirrored into the buffer at least
+// minAge ago and not yet taken by a worker.
+func (s *Store) ListClaimed(ctx context.Context, queue string, minAge time.Duration, limit int) ([]Buffered, error) {
+	rows, err := s.pool.Query(ctx, listClaimed, queue, ms(minAge), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list buffered tasks of %s: %w", queue, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Buffered])
+	if err != nil {
+		return nil, fmt.Errorf("list buffered tasks of %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// ClaimTasks gives workerID a lease of the given length on each of ids that is still
+// claimable, records the new attempts, and returns the claimed tasks (LeaseToken and
+// LeaseExpiresAt set) in the order of ids. Ids that are no longer claimable are
+// left out.
+func (s *Store) ClaimTasks(ctx context.Context, ids []uuid.UUID, workerID string, lease time.Duration) ([]Task, error) {
+	rows, err := s.pool.Query(ctx, claimTasks, ids, workerID, ms(lease))
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	claimed, err := collectTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	pos := make(map[uuid.UUID]int, len(ids))
+	for i, id := range ids {
+		pos[id] = i
+	}
+	sortBy(claimed, func(t Task) int { return pos[t.ID] })
+	return claimed, nil
+}
+
+func sortBy(tasks []Task, key func(Task) int) {
+	for i := 1; i < len(tasks); i++ { // insertion sort: batches are small and nearly sorted
+		for j := i; j > 0 && key(tasks[j]) < key(tasks[j-1]); j-- {
+			tasks[j], tasks[j-1] = tasks[j-1], tasks[j]
+		}
+	}
+}
+
+// Heartbeat extends the lease workerID holds on a task, never past the attempt's
+// deadline. It returns ErrLeaseLost, changing nothing, unless token is the task's
+// current, unexpired lease.
+func (s *Store) Heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration) (Lease, error) {
+	var l Lease
+	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease)).Scan(&l.ExpiresAt, &l.CancelRequested)
+	if err == pgx.ErrNoRows {
+		err = ErrLeaseLost
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("heartbeat task %s: %w", taskID, err)
+	}
+	return l, nil
+}
+
+// RecordWorker notes that workerID is alive, and the queues it polls when given.
+func (s *Store) RecordWorker(ctx context.Context, workerID string, queues []string) error {
+	if queues == nil {
+		queues = []string{}
+	}
+	if _, err := s.pool.Exec(ctx, upsertWorker, workerID, queues); err != nil {
+		return fmt.Errorf("record worker %s: %w", workerID, err)
+	}
+	return nil
+}
+
+// Ack records that the current attempt succeeded and the task is done. It returns
+// ErrLeaseLost, changing nothing, unless token is the current, unexpired lease.
+func (s *Store) Ack(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (Task, error) {
+	rows, err := s.pool.Query(ctx, ackTask, taskID, token, workerID, nullJSON(result))
+	t, err := one[Task](rows, err, ErrLeaseLost)
+	if err != nil {
+		return Task{}, fmt.Errorf("ack task %s: %w", taskID, err)
+	}
+	return t, nil
+}
+
+// Nack records that the current attempt failed. The task retries after the queue's
+// backoff (or n.RetryAfterMs) while budget remains and the error is retryable; it is
+// dead otherwise, and cancelled when a cancel was requested. It returns ErrLeaseLost,
+// changing nothing, unless the token is the current, unexpired lease.
+func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
+	var retryAfter *float64
+	if n.RetryAfterMs != nil {
+		v := float64(*n.RetryAfterMs)
+		retryAfter = &v
+	}
+	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, n.Error)
+	t, err := one[Task](rows, err, ErrLeaseLost)
+	if err != nil {
+		return Task{}, fmt.Errorf("nack task %s: %w", n.TaskID, err)
+	}
+	return t, nil
+}
+
+// ReclaimExpired ends up to limit attempts whose lease expired (abandoned) or whose
+// deadline passed (timed_out), retrying or dead-lettering their tasks.
+func (s *Store) ReclaimExpired(ctx context.Context, limit int) ([]Reclaimed, error) {
+	rows, err := s.pool.Query(ctx, reclaimExpired, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Reclaimed])
+	if err != nil {
+		return nil, fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	return out, nil
+}
+
+// NextLeaseExpiry returns how long until the earliest lease expires (zero or less when
+// one already has), and false when no task is executing.
+func (s *Store) NextLeaseExpiry(ctx context.Context) (time.Duration, bool, error) {
+	var wait *float64
+	err := s.pool.QueryRow(ctx, nextLeaseExpiry).Scan(&wait)
+	if err != nil {
+		return 0, false, fmt.Errorf("next lease expiry: %w", err)
+	}
+	if wait == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*wait * float64(time.Second)), true, nil
+}
+
+// ListWorkers returns every known worker; those silent for longer than staleAfter
+// are marked stale.
+func (s *Store) ListWorkers(ctx context.Context, staleAfter time.Duration) ([]Worker, error) {
+	rows, err := s.pool.Query(ctx, listWorkers, ms(staleAfter))
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Worker])
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
+}
+
+// nullJSON binds an absent result as SQL NULL.
+func nullJSON(v json.RawMessage) any {
+	if len(v) == 0 {
+		return nil
+	}
+	return string(v)
+}

@@ -1,0 +1,284 @@
+package storage
+
+// This file holds every SQL statement TaskForge runs. Durations arrive as
+// milliseconds; "now" is always the database's now().
+
+const queueColumns = `name, max_retries, rate_limit, rate_burst, max_concurrency,
+	backoff_base_ms, backoff_max_ms, paused, created_at, updated_at`
+
+const insertQueue = `INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
+	backoff_base_ms, backoff_max_ms, paused)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name) DO NOTHING
+RETURNING ` + queueColumns
+
+const getQueue = `SELECT ` + queueColumns + ` FROM queues WHERE name = $1`
+
+const listQueues = `SELECT ` + queueColumns + ` FROM queues ORDER BY name`
+
+const updateQueue = `UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,
+	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8, updated_at = now()
+WHERE name = $1
+RETURNING ` + queueColumns
+
+// lockQueueForDelete blocks new enqueues (their foreign-key check needs KEY SHARE)
+// until the deleting transaction ends.
+const lockQueueForDelete = `SELECT name FROM queues WHERE name = $1 FOR UPDATE`
+
+const countLiveTasks = `SELECT count(*) FROM tasks
+WHERE queue = $1 AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead')`
+
+const deleteQueue = `DELETE FROM queues WHERE name = $1`
+
+// lockQueueForEnqueue reads the queue's defaults and holds KEY SHARE so that a
+// concurrent DeleteQueue waits for the enqueue to finish (and then sees its tasks).
+const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR KEY SHARE`
+
+const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
+	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
+	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
+	created_at, updated_at, finished_at`
+
+// taskColumnsOf is taskColumns qualified by the alias t.
+const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
+	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
+	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
+	t.replayed_from, t.replay_count, t.replayed_at, t.created_at, t.updated_at, t.finished_at`
+
+// insertTasks inserts a batch in input order. A task whose idempotency key is already
+// taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
+// inserter of the same key, so concurrent identical requests create one task).
+const insertTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+	max_retries, timeout_seconds, idempotency_key, fingerprint)
+SELECT i.id, $1, i.payload::jsonb, i.priority, 'pending', coalesce(i.scheduled_at, now()),
+	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint
+FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
+	$9::text[], $10::bytea[])
+	WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
+		idempotency_key, fingerprint, ord)
+ORDER BY i.ord
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + taskColumns
+
+const tasksByIdempotencyKey = `SELECT ` + taskColumns + ` FROM tasks
+WHERE queue = $1 AND idempotency_key = ANY($2::text[])`
+
+// notifyDue wakes dispatchers (LISTEN taskforge_due) for a queue with due work.
+const notifyDue = `SELECT pg_notify($1, $2)`
+
+const getTask = `SELECT ` + taskColumns + ` FROM tasks WHERE queue = $1 AND id = $2`
+
+const taskAttempts = `SELECT attempt, worker_id, status, started_at, finished_at, error
+FROM attempts WHERE task_id = $1 ORDER BY attempt`
+
+// listTasks: newest first, keyset-paginated on (created_at, id). Null filters match all.
+const listTasks = `SELECT ` + taskColumns + ` FROM tasks
+WHERE queue = $1
+	AND ($2::text IS NULL OR status = $2)
+	AND ($3::text IS NULL OR claimed_by = $3)
+	AND ($4::timestamptz IS NULL OR created_at >= $4)
+	AND ($5::timestamptz IS NULL OR created_at < $5)
+	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $8`
+
+// cancelTask ends a waiting task at once, or flags an executing one for its worker.
+const cancelTask = `UPDATE tasks SET
+	status = CASE WHEN status = 'executing' THEN status ELSE 'cancelled' END,
+	cancel_requested = (status = 'executing'),
+	finished_at = CASE WHEN status = 'executing' THEN finished_at ELSE now() END,
+	updated_at = now()
+WHERE queue = $1 AND id = $2 AND status IN ('pending', 'claimed', 'retry', 'executing')
+RETURNING ` + taskColumns
+
+const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
+
+const queueDepth = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status`
+
+// queueRates: over the window ($2 ms) of finished attempts.
+const queueRates = `SELECT
+	count(*) FILTER (WHERE status = 'succeeded'),
+	count(*) FILTER (WHERE status IN ('failed', 'abandoned', 'timed_out')),
+	count(*) FILTER (WHERE status <> 'cancelled'),
+	(SELECT extract(epoch FROM now() - min(scheduled_at))::float8 FROM tasks
+		WHERE queue = $1 AND status IN ('pending', 'claimed', 'retry') AND scheduled_at <= now())
+FROM attempts
+WHERE queue = $1 AND finished_at IS NOT NULL AND finished_at > now() - $2 * interval '1 millisecond'`
+
+// dispatchDue moves up to $2 due tasks of a queue from pending/retry to claimed, in
+// buffer order. SKIP LOCKED lets several dispatchers work the same queue.
+const dispatchDue = `WITH due AS (
+	SELECT id FROM tasks
+	WHERE queue = $1 AND status IN ('pending', 'retry') AND scheduled_at <= now()
+	ORDER BY priority, scheduled_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
+FROM due WHERE t.id = due.id
+RETURNING t.id, t.priority, t.scheduled_at`
+
+// listClaimed returns tasks mirrored into the buffer at least $2 ms ago, so the
+// dispatcher can re-add entries that Redis lost.
+const listClaimed = `SELECT id, priority, scheduled_at FROM tasks
+WHERE queue = $1 AND status = 'claimed' AND dispatched_at <= now() - $2 * interval '1 millisecond'
+ORDER BY dispatched_at
+LIMIT $3`
+
+// claimTasks turns buffered ids that are still 'claimed' into executing tasks with a
+// fresh lease, and records each new attempt, in one statement. Ids no longer
+// claimable (cancelled, already taken by another replica) are skipped.
+const claimTasks = `WITH claimed AS (
+	UPDATE tasks t SET
+		status = 'executing',
+		attempts = t.attempts + 1,
+		claimed_by = $2,
+		lease_token = gen_random_uuid(),
+		heartbeat_at = now(),
+		lease_expires_at = least(now() + $3 * interval '1 millisecond',
+			now() + t.timeout_seconds * interval '1 second'),
+		deadline_at = now() + t.timeout_seconds * interval '1 second',
+		cancel_requested = false,
+		updated_at = now()
+	WHERE t.id = ANY($1::uuid[]) AND t.status = 'claimed'
+	RETURNING ` + taskColumnsOf + `
+), recorded AS (
+	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
+	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', now() FROM claimed
+)
+SELECT ` + taskColumns + ` FROM claimed`
+
+// leaseHeld is the condition under which a worker's call on a task counts.
+const leaseHeld = `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
+	AND t.status = 'executing' AND t.lease_expires_at > now()`
+
+// heartbeatTask extends a held lease, never past the attempt's deadline.
+const heartbeatTask = `UPDATE tasks t SET
+	lease_expires_at = least(now() + $4 * interval '1 millisecond', t.deadline_at),
+	heartbeat_at = now()
+WHERE ` + leaseHeld + `
+RETURNING t.lease_expires_at, t.cancel_requested`
+
+const upsertWorker = `INSERT INTO workers (id, queues, last_heartbeat_at) VALUES ($1, $2, now())
+ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
+	queues = CASE WHEN cardinality(EXCLUDED.queues) > 0 THEN EXCLUDED.queues ELSE workers.queues END`
+
+const ackTask = `WITH acked AS (
+	UPDATE tasks t SET status = 'done', result = $4, finished_at = now(), updated_at = now(),
+		lease_expires_at = NULL, deadline_at = NULL
+	WHERE ` + leaseHeld + `
+	RETURNING ` + taskColumnsOf + `
+), recorded AS (
+	UPDATE attempts a SET status = 'succeeded', finished_at = now()
+	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
+)
+SELECT ` + taskColumns + ` FROM acked`
+
+// backoffMs is the retry delay after failed attempt n = t.attempts (1-based):
+// min(base * 2^(n-1) + rand(0, base), max), from the queue q.
+const backoffMs = `least(q.backoff_base_ms * power(2::float8, t.attempts - 1)
+	+ floor(random() * (q.backoff_base_ms + 1)), q.backoff_max_ms::float8)`
+
+// nackTask ends the current attempt as failed (or cancelled, when a cancel was
+// requested) and moves the task to retry, dead or cancelled.
+const nackTask = `WITH cur AS (
+	SELECT t.id,
+		CASE WHEN t.cancel_requested THEN 'cancelled'
+			WHEN NOT $4 OR t.attempts > t.max_retries THEN 'dead'
+			ELSE 'retry' END AS next_status,
+		now() + coalesce($5::float8, ` + backoffMs + `) * interval '1 millisecond' AS retry_at
+	FROM tasks t JOIN queues q ON q.name = t.queue
+	WHERE ` + leaseHeld + `
+	FOR UPDATE OF t
+), nacked AS (
+	UPDATE tasks t SET status = cur.next_status, last_error = $6, updated_at = now(),
+		lease_expires_at = NULL, deadline_at = NULL,
+		scheduled_at = CASE WHEN cur.next_status = 'retry' THEN cur.retry_at ELSE t.scheduled_at END,
+		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
+	FROM cur WHERE t.id = cur.id
+	RETURNING ` + taskColumnsOf + `
+), recorded AS (
+	UPDATE attempts a SET finished_at = now(), error = $6,
+		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
+	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
+)
+SELECT ` + taskColumns + ` FROM nacked`
+
+// reclaimExpired ends up to $1 attempts whose lease (which never outlives the
+// attempt's deadline) has expired: timed_out when the deadline passed, abandoned
+// otherwise, cancelled when a cancel was requested. The task retries while budget
+// remains, else it is dead. SKIP LOCKED lets several watchdogs run at once.
+const reclaimExpired = `WITH cur AS (
+	SELECT t.id,
+		CASE WHEN t.cancel_requested THEN 'cancelled'
+			WHEN t.attempts > t.max_retries THEN 'dead'
+			ELSE 'retry' END AS next_status,
+		CASE WHEN t.cancel_requested THEN 'cancelled'
+			WHEN t.deadline_at <= now() THEN 'timed_out'
+			ELSE 'abandoned' END AS outcome,
+		now() + ` + backoffMs + ` * interval '1 millisecond' AS retry_at
+	FROM tasks t JOIN queues q ON q.name = t.queue
+	WHERE t.status = 'executing' AND t.lease_expires_at <= now()
+	ORDER BY t.lease_expires_at
+	LIMIT $1
+	FOR UPDATE OF t SKIP LOCKED
+), ended AS (
+	UPDATE tasks t SET status = cur.next_status, updated_at = now(),
+		last_error = CASE cur.outcome
+			WHEN 'timed_out' THEN 'attempt timed out after ' || t.timeout_seconds || ' s'
+			WHEN 'abandoned' THEN 'lease expired: worker ' || t.claimed_by || ' stopped heartbeating'
+			ELSE t.last_error END,
+		lease_expires_at = NULL, deadline_at = NULL,
+		scheduled_at = CASE WHEN cur.next_status = 'retry' THEN cur.retry_at ELSE t.scheduled_at END,
+		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
+	FROM cur WHERE t.id = cur.id
+	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome
+), recorded AS (
+	UPDATE attempts a SET status = ended.outcome, finished_at = now(), error = ended.last_error
+	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
+)
+SELECT id, queue, attempts, claimed_by, status, outcome FROM ended`
+
+// nextLeaseExpiry is when the watchdog next has work: the earliest lease expiry.
+const nextLeaseExpiry = `SELECT extract(epoch FROM min(lease_expires_at) - now())::float8
+FROM tasks WHERE status = 'executing'`
+
+const listWorkers = `SELECT w.id, w.queues, w.last_heartbeat_at,
+	coalesce(array_agg(t.id ORDER BY t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS current_tasks,
+	w.last_heartbeat_at < now() - $1 * interval '1 millisecond' AS stale
+FROM workers w LEFT JOIN tasks t ON t.claimed_by = w.id AND t.status = 'executing'
+GROUP BY w.id
+ORDER BY w.id`
+
+// listDead: a queue's dead tasks, most recently died first, keyset-paginated.
+const listDead = `SELECT ` + taskColumns + ` FROM tasks
+WHERE queue = $1 AND status = 'dead'
+	AND ($2::timestamptz IS NULL OR (finished_at, id) < ($2, $3::uuid))
+ORDER BY finished_at DESC, id DESC
+LIMIT $4`
+
+// lockDead locks the dead tasks to replay: the given ids, or all when $3.
+const lockDead = `SELECT id FROM tasks
+WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
+ORDER BY finished_at, id
+FOR UPDATE`
+
+// replayDead creates a new pending task from each dead one and marks the dead ones
+// replayed; the dead tasks keep their history.
+const replayDead = `WITH src AS (
+	SELECT t.*, u.ord FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, ord)
+	JOIN tasks t ON t.id = u.id
+), marked AS (
+	UPDATE tasks t SET replay_count = t.replay_count + 1, replayed_at = now(), updated_at = now()
+	FROM src WHERE t.id = src.id
+)
+INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
+	timeout_seconds, replayed_from)
+SELECT gen_random_uuid(), src.queue, src.payload, src.priority, 'pending', now(), src.max_retries,
+	src.timeout_seconds, src.id
+FROM src ORDER BY src.ord
+RETURNING ` + taskColumns
+
+const discardDead = `DELETE FROM tasks WHERE queue = $1 AND id = $2 AND status = 'dead'`
+
+const queueExists = `SELECT EXISTS (SELECT 1 FROM queues WHERE name = $1)`

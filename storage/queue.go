@@ -1,0 +1,114 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CreateQueue creates q. It returns ErrQueueExists when the name is taken.
+func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
+	rows, err := s.pool.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
+		q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused)
+	out, err := one[Queue](rows, err, ErrQueueExists)
+	if err != nil {
+		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
+	}
+	return out, nil
+}
+
+// GetQueue returns the queue called name, or ErrQueueNotFound.
+func (s *Store) GetQueue(ctx context.Context, name string) (Queue, error) {
+	rows, err := s.pool.Query(ctx, getQueue, name)
+	q, err := one[Queue](rows, err, ErrQueueNotFound)
+	if err != nil {
+		return Queue{}, fmt.Errorf("get queue %s: %w", name, err)
+	}
+	return q, nil
+}
+
+// ListQueues returns every queue by name.
+func (s *Store) ListQueues(ctx context.Context) ([]Queue, error) {
+	rows, err := s.pool.Query(ctx, listQueues)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	qs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Queue])
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	return qs, nil
+}
+
+// UpdateQueue reads the queue, lets change modify it, and stores every setting
+// (all but the name) in one transaction. change may return an error to abort.
+func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue) error) (Queue, error) {
+	var out Queue
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, getQueue+" FOR UPDATE", name)
+		q, err := one[Queue](rows, err, ErrQueueNotFound)
+		if err != nil {
+			return err
+		}
+		if err := change(&q); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused)
+		out, err = one[Queue](rows, err, ErrQueueNotFound)
+		return err
+	})
+	if err != nil {
+		return Queue{}, fmt.Errorf("update queue %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// DeleteQueue deletes an empty queue together with its finished (done or cancelled)
+// tasks. It returns ErrQueueNotEmpty while the queue holds unfinished or dead tasks.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var locked string
+		if err := tx.QueryRow(ctx, lockQueueForDelete, name).Scan(&locked); err != nil {
+			if err == pgx.ErrNoRows {
+				return ErrQueueNotFound
+			}
+			return err
+		}
+		var live int64
+		if err := tx.QueryRow(ctx, countLiveTasks, name).Scan(&live); err != nil {
+			return err
+		}
+		if live > 0 {
+			return ErrQueueNotEmpty
+		}
+		_, err := tx.Exec(ctx, deleteQueue, name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// QueueExists reports whether a queue called name exists.
+func (s *Store) QueueExists(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, queueExists, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("check queue %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+// queueOrTaskNotFound returns ErrQueueNotFound when the queue is missing, else ErrTaskNotFound.
+func (s *Store) queueOrTaskNotFound(ctx context.Context, queue string) error {
+	ok, err := s.QueueExists(ctx, queue)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrQueueNotFound
+	}
+	return ErrTaskNotFound
+}

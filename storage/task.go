@@ -1,0 +1,346 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Enqueue inserts tasks into queue, all or nothing, and wakes dispatchers when any
+// is due now. A task whose idempotency key the queue already holds is not inserted:
+// when the stored fingerprint matches, the stored task is returned with Created
+// false; otherwise the whole batch fails with an *IdempotencyConflictError.
+func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask) ([]Enqueued, error) {
+	n := len(tasks)
+	ids := make([]uuid.UUID, n)
+	payloads := make([]string, n)
+	priorities := make([]int32, n)
+	schedules := make([]*time.Time, n)
+	retries := make([]*int32, n)
+	timeouts := make([]*int32, n)
+	keys := make([]*string, n)
+	fingerprints := make([][]byte, n)
+	for i, t := range tasks {
+		ids[i] = t.ID
+		payloads[i] = string(t.Payload)
+		priorities[i] = int32(t.Priority)
+		schedules[i] = t.ScheduledAt
+		retries[i] = int32Ptr(t.MaxRetries)
+		timeouts[i] = int32Ptr(t.TimeoutSeconds)
+		keys[i] = t.IdempotencyKey
+		fingerprints[i] = t.Fingerprint
+	}
+
+	out := make([]Enqueued, n)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var defaultRetries int
+		if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue).Scan(&defaultRetries); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrQueueNotFound
+			}
+			return err
+		}
+		rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
+			schedules, retries, timeouts, keys, fingerprints)
+		if err != nil {
+			return err
+		}
+		inserted, err := collectTasks(rows)
+		if err != nil {
+			return err
+		}
+		byID := make(map[uuid.UUID]Task, len(inserted))
+		due := false
+		for _, t := range inserted {
+			byID[t.ID] = t
+			due = due || !t.ScheduledAt.After(t.CreatedAt) // both on the database clock
+		}
+		var missingKeys []string
+		for i, t := range tasks {
+			if it, ok := byID[t.ID]; ok {
+				out[i] = Enqueued{Task: it, Created: true}
+			} else if t.IdempotencyKey != nil {
+				missingKeys = append(missingKeys, *t.IdempotencyKey)
+			} else {
+				return fmt.Errorf("task %d was not inserted", i)
+			}
+		}
+		if len(missingKeys) > 0 {
+			if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
+				return err
+			}
+		}
+		if due {
+			if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if isForeignKeyViolation(err) { // the queue was deleted under us
+			err = ErrQueueNotFound
+		}
+		return nil, fmt.Errorf("enqueue into %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// matchExisting fills out[i] for tasks whose idempotency key was already taken,
+// checking that the earlier request had the same fingerprint.
+func (s *Store) matchExisting(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, keys []string, out []Enqueued) error {
+	rows, err := tx.Query(ctx, tasksByIdempotencyKey, queue, keys)
+	if err != nil {
+		return err
+	}
+	existing, err := collectTasks(rows)
+	if err != nil {
+		return err
+	}
+	byKey := make(map[string]Task, len(existing))
+	for _, t := range existing {
+		byKey[*t.IdempotencyKey] = t
+	}
+	for i, t := range tasks {
+		if out[i].Task.ID != uuid.Nil || t.IdempotencyKey == nil {
+			continue
+		}
+		prev, ok := byKey[*t.IdempotencyKey]
+		if !ok {
+			// The holder of the key was deleted between our insert and this read; the
+			// caller may simply try again.
+			return fmt.Errorf("idempotency key %q: holder vanished, retry", *t.IdempotencyKey)
+		}
+		if !bytes.Equal(prev.Fingerprint, t.Fingerprint) {
+			return &IdempotencyConflictError{Index: i, Key: *t.IdempotencyKey}
+		}
+		out[i] = Enqueued{Task: prev, Created: prev.ID == t.ID}
+	}
+	return nil
+}
+
+func int32Ptr(v *int) *int32 {
+	if v == nil {
+		return nil
+	}
+	n := int32(*v)
+	return &n
+}
+
+// GetTask returns a task of queue with its attempt history.
+func (s *Store) GetTask(ctx context.Context, queue string, id uuid.UUID) (Task, []Attempt, error) {
+	rows, err := s.pool.Query(ctx, getTask, queue, id)
+	t, err := one[Task](rows, err, nil)
+	if err == nil && t.ID == uuid.Nil {
+		err = s.queueOrTaskNotFound(ctx, queue)
+	}
+	if err != nil {
+		return Task{}, nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	attempts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return Task{}, nil, err
+	}
+	return t, attempts, nil
+}
+
+// Attempts returns a task's attempts in order.
+func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
+	rows, err := s.pool.Query(ctx, taskAttempts, id)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	return attempts, nil
+}
+
+// ListTasks returns up to f.Limit tasks newest first, and the cursor of the next
+// page (nil on the last page).
+func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, error) {
+	after, afterID := cursorArgs(f.After)
+	rows, err := s.pool.Query(ctx, listTasks, f.Queue, optional(f.Status), optional(f.WorkerID),
+		f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
+	}
+	tasks, err := collectTasks(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
+	}
+	var next *Cursor
+	if len(tasks) > f.Limit {
+		tasks = tasks[:f.Limit]
+		last := tasks[len(tasks)-1]
+		next = &Cursor{Time: last.CreatedAt, ID: last.ID}
+	}
+	return tasks, next, nil
+}
+
+// CancelTask cancels a waiting task at once, or asks the worker running it to stop
+// (CancelRequested). It returns ErrTaskNotCancellable for a finished task.
+func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Task, error) {
+	rows, err := s.pool.Query(ctx, cancelTask, queue, id)
+	t, err := one[Task](rows, err, nil)
+	if err == nil && t.ID == uuid.Nil {
+		var status string
+		err = s.pool.QueryRow(ctx, taskStatus, queue, id).Scan(&status)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			err = s.queueOrTaskNotFound(ctx, queue)
+		case err == nil:
+			err = ErrTaskNotCancellable
+		}
+	}
+	if err != nil {
+		return Task{}, fmt.Errorf("cancel task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// Stats summarises queue: depth by status, and rates over StatsWindow.
+func (s *Store) Stats(ctx context.Context, queue string) (Stats, error) {
+	st := Stats{Queue: queue, Depth: make(map[string]int64, len(Statuses))}
+	for _, status := range Statuses {
+		st.Depth[status] = 0
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, queueExists, queue).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return ErrQueueNotFound
+		}
+		rows, err := tx.Query(ctx, queueDepth, queue)
+		if err != nil {
+			return err
+		}
+		var status string
+		var count int64
+		if _, err := pgx.ForEachRow(rows, []any{&status, &count}, func() error {
+			st.Depth[status] = count
+			return nil
+		}); err != nil {
+			return err
+		}
+		var succeeded, failed, finished int64
+		var oldest *float64
+		if err := tx.QueryRow(ctx, queueRates, queue, ms(StatsWindow)).Scan(&succeeded, &failed, &finished, &oldest); err != nil {
+			return err
+		}
+		st.ThroughputPerSec = float64(succeeded) / StatsWindow.Seconds()
+		if finished > 0 {
+			st.ErrorRate = float64(failed) / float64(finished)
+		}
+		if oldest != nil && *oldest > 0 {
+			st.OldestPendingAgeSecond = *oldest
+		}
+		st.DLQDepth = st.Depth[StatusDead]
+		return nil
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats of %s: %w", queue, err)
+	}
+	return st, nil
+}
+
+// ListDead returns up to limit dead tasks of queue, most recently died first, and the
+// cursor of the next page.
+func (s *Store) ListDead(ctx context.Context, queue string, limit int, after *Cursor) ([]Task, *Cursor, error) {
+	at, atID := cursorArgs(after)
+	rows, err := s.pool.Query(ctx, listDead, queue, at, atID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list dead tasks of %s: %w", queue, err)
+	}
+	tasks, err := collectTasks(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list dead tasks of %s: %w", queue, err)
+	}
+	var next *Cursor
+	if len(tasks) > limit {
+		tasks = tasks[:limit]
+		last := tasks[len(tasks)-1]
+		next = &Cursor{Time: *last.FinishedAt, ID: last.ID}
+	}
+	return tasks, next, nil
+}
+
+// Replay creates a new pending task from each dead task given (or from every dead
+// task of the queue when all is set), in one transaction. The dead tasks keep their
+// history and gain ReplayedAt and ReplayCount+1. It returns ErrTaskNotFound, and
+// replays nothing, when any id is not a dead task of queue.
+func (s *Store) Replay(ctx context.Context, queue string, ids []uuid.UUID, all bool) ([]Task, error) {
+	var out []Task
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var ok bool
+		if err := tx.QueryRow(ctx, queueExists, queue).Scan(&ok); err != nil {
+			return err
+		}
+		if !ok {
+			return ErrQueueNotFound
+		}
+		rows, err := tx.Query(ctx, lockDead, queue, ids, all)
+		if err != nil {
+			return err
+		}
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		if !all {
+			if len(locked) != len(dedupe(ids)) {
+				return ErrTaskNotFound
+			}
+			locked = dedupe(ids) // keep the caller's order
+		}
+		if len(locked) == 0 {
+			out = []Task{}
+			return nil
+		}
+		rows, err = tx.Query(ctx, replayDead, locked)
+		if err != nil {
+			return err
+		}
+		if out, err = collectTasks(rows); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, notifyDue, DueChannel, queue)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay dead tasks of %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+func dedupe(ids []uuid.UUID) []uuid.UUID {
+	seen := make(map[uuid.UUID]bool, len(ids))
+	out := make([]uuid.UUID, 0, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// DiscardDead deletes a dead task and its attempts.
+func (s *Store) DiscardDead(ctx context.Context, queue string, id uuid.UUID) error {
+	tag, err := s.pool.Exec(ctx, discardDead, queue, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = s.queueOrTaskNotFound(ctx, queue)
+	}
+	if err != nil {
+		return fmt.Errorf("discard dead task %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Task statuses.
+const (
+	StatusPending   = "pending"
+	StatusClaimed   = "claimed"
+	StatusExecuting = "executing"
+	StatusRetry     = "retry"
+	StatusDone      = "done"
+	StatusDead      = "dead"
+	StatusCancelled = "cancelled"
+)
+
+// Statuses lists every task status, in lifecycle order.
+var Statuses = []string{StatusPending, StatusClaimed, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
+
+// Attempt outcomes.
+const (
+	AttemptExecuting = "executing"
+	AttemptSucceeded = "succeeded"
+	AttemptFailed    = "failed"
+	AttemptAbandoned = "abandoned"
+	AttemptTimedOut  = "timed_out"
+	AttemptCancelled = "cancelled"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	ErrQueueNotFound       = errors.New("queue not found")
+	ErrQueueExists         = errors.New("queue already exists")
+	ErrQueueNotEmpty       = errors.New("queue holds unfinished or dead tasks")
+	ErrTaskNotFound        = errors.New("task not found")
+	ErrTaskNotCancellable  = errors.New("task already finished")
+	ErrLeaseLost           = errors.New("lease is not held")
+	ErrIdempotencyConflict = errors.New("idempotency key already used by a different request")
+)
+
+// IdempotencyConflictError says which task of a batch reused a key with a different request.
+type IdempotencyConflictError struct {
+	Index int    // position in the batch
+	Key   string // the idempotency key
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	return fmt.Sprintf("task %d: idempotency key %q already used by a different request", e.Index, e.Key)
+}
+
+// Is makes errors.Is(err, ErrIdempotencyConflict) true.
+func (e *IdempotencyConflictError) Is(target error) bool { return target == ErrIdempotencyConflict }
+
+// Queue is a named stream of tasks with its retry and flow-control settings.
+type Queue struct {
+	Name           string    `json:"name" db:"name"`
+	MaxRetries     int       `json:"max_retries" db:"max_retries"`
+	RateLimit      *float64  `json:"rate_limit" db:"rate_limit"`
+	RateBurst      *int      `json:"rate_burst" db:"rate_burst"`
+	MaxConcurrency *int      `json:"max_concurrency" db:"max_concurrency"`
+	BackoffBaseMs  int64     `json:"backoff_base_ms" db:"backoff_base_ms"`
+	BackoffMaxMs   int64     `json:"backoff_max_ms" db:"backoff_max_ms"`
+	Paused         bool      `json:"paused" db:"paused"`
+	CreatedAt      time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at" db:"updated_at"`
+}
+
+// Task is one unit of work and its current state. Its JSON form is the API's task object.
+type Task struct {
+	ID              uuid.UUID       `json:"id" db:"id"`
+	Queue           string          `json:"queue" db:"queue"`
+	Payload         json.RawMessage `json:"payload" db:"payload"`
+	Priority        int             `json:"priority" db:"priority"`
+	Status          string          `json:"status" db:"status"`
+	ScheduledAt     time.Time       `json:"scheduled_at" db:"scheduled_at"`
+	Attempts        int             `json:"attempts" db:"attempts"`
+	MaxRetries      int             `json:"max_retries" db:"max_retries"`
+	TimeoutSeconds  *int            `json:"timeout_seconds" db:"timeout_seconds"`
+	IdempotencyKey  *string         `json:"idempotency_key" db:"idempotency_key"`
+	Fingerprint     []byte          `json:"-" db:"fingerprint"`
+	LastError       *string         `json:"last_error" db:"last_error"`
+	Result          json.RawMessage `json:"result" db:"result"`
+	ClaimedBy       *string         `json:"claimed_by" db:"claimed_by"`
+	LeaseToken      *uuid.UUID      `json:"-" db:"lease_token"`
+	HeartbeatAt     *time.Time      `json:"heartbeat_at" db:"heartbeat_at"`
+	LeaseExpiresAt  *time.Time      `json:"lease_expires_at" db:"lease_expires_at"`
+	CancelRequested bool            `json:"cancel_requested" db:"cancel_requested"`
+	ReplayedFrom    *uuid.UUID      `json:"replayed_from" db:"replayed_from"`
+	ReplayCount     int             `json:"replay_count" db:"replay_count"`
+	ReplayedAt      *time.Time      `json:"replayed_at" db:"replayed_at"`
+	CreatedAt       time.Time       `json:"created_at" db:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at" db:"updated_at"`
+	FinishedAt      *time.Time      `json:"finished_at" db:"finished_at"`
+}
+
+// Attempt is one execution of a task by a worker.
+type Attempt struct {
+	Attempt    int        `json:"attempt" db:"attempt"`
+	WorkerID   string     `json:"worker_id" db:"worker_id"`
+	Status     string     `json:"status" db:"status"`
+	StartedAt  time.Time  `json:"started_at" db:"started_at"`
+	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
+	Error      *string    `json:"error" db:"error"`
+}
+
+// NewTask is one task to enqueue. Nil fields take the queue's defaults.
+type NewTask struct {
+	ID             uuid.UUID
+	Payload        json.RawMessage
+	Priority       int
+	ScheduledAt    *time.Time
+	MaxRetries     *int
+	TimeoutSeconds *int
+	IdempotencyKey *string
+	Fingerprint    []byte // required when IdempotencyKey is set
+}
+
+// Enqueued is the outcome of enqueuing one task.
+type Enqueued struct {
+	Task    Task
+	Created bool // false: an identical earlier request with the same idempotency key
+}
+
+// TaskFilter selects tasks of one queue for listing. Zero fields match all.
+type TaskFilter struct {
+	Queue         string
+	Status        string
+	WorkerID      string
+	CreatedAfter  *time.Time
+	CreatedBefore *time.Time
+	Limit         int
+	After         *Cursor // continue after this position
+}
+
+// Cursor is a keyset position in a listing.
+type Cursor struct {
+	Time time.Time
+	ID   uuid.UUID
+}
+
+// Buffered identifies a task mirrored into (or to be mirrored into) the Redis buffer.
+type Buffered struct {
+	ID          uuid.UUID `db:"id"`
+	Priority    int       `db:"priority"`
+	ScheduledAt time.Time `db:"scheduled_at"`
+}
+
+// Nack describes a worker's report that an attempt failed.
+type Nack struct {
+	TaskID       uuid.UUID
+	LeaseToken   uuid.UUID
+	WorkerID     string
+	Error        string
+	Retryable    bool
+	RetryAfterMs *int64 // overrides the queue's backoff when set
+}
+
+// Lease is the state of a held lease after a heartbeat.
+type Lease struct {
+	ExpiresAt       time.Time
+	CancelRequested bool
+}
+
+// Reclaimed is an attempt the watchdog ended.
+type Reclaimed struct {
+	TaskID   uuid.UUID `db:"id"`
+	Queue    string    `db:"queue"`
+	Attempt  int       `db:"attempts"`
+	WorkerID string    `db:"claimed_by"`
+	Status   string    `db:"status"`  // the task's new status: retry, dead or cancelled
+	Outcome  string    `db:"outcome"` // the attempt's outcome: abandoned, timed_out or cancelled
+}
+
+// Worker is a worker process as last seen.
+type Worker struct {
+	ID              string      `json:"id" db:"id"`
+	Queues          []string    `json:"queues" db:"queues"`
+	LastHeartbeatAt time.Time   `json:"last_heartbeat_at" db:"last_heartbeat_at"`
+	CurrentTasks    []uuid.UUID `json:"current_tasks" db:"current_tasks"`
+	Stale           bool        `json:"stale" db:"stale"`
+}
+
+// Stats summarises a queue.
+type Stats struct {
+	Queue                  string           `json:"queue"`
+	Depth                  map[string]int64 `json:"depth"`
+	ThroughputPerSec       float64          `json:"throughput_per_sec"`
+	ErrorRate              float64          `json:"error_rate"`
+	OldestPendingAgeSecond float64          `json:"oldest_pending_age_seconds"`
+	DLQDepth               int64            `json:"dlq_depth"`
+}

@@ -1,0 +1,101 @@
+// Package watchdog reclaims work from workers that crashed, hung or were cut off.
+//
+// It ends every attempt whose lease expired (abandoned) or whose timeout passed
+// (timed_out; leases never outlive an attempt's deadline) and sends the task to retry
+// with backoff, or to dead when its budget is spent, or to cancelled when a cancel
+// was requested. It sleeps until the earliest lease expiry, bounded by its interval.
+// Reclaims use FOR UPDATE SKIP LOCKED, so any number of replicas can run it.
+//
+// The watchdog never touches a task whose lease is still valid, and never Redis.
+package watchdog
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// Config tunes a Watchdog. Zero fields take the defaults.
+type Config struct {
+	// Interval is the longest the watchdog sleeps between sweeps. Defaults to 15s.
+	Interval time.Duration
+	// BatchSize is the most attempts one sweep statement ends. Defaults to 500.
+	BatchSize int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Interval = cmp.Or(c.Interval, 15*time.Second)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	return c
+}
+
+// Watchdog reclaims expired leases. Create it with New; run it with Run.
+type Watchdog struct {
+	store *storage.Store
+	cfg   Config
+	log   *slog.Logger
+	// OnReclaim, when set, is called with every batch the watchdog ends (metrics, tests).
+	OnReclaim func([]storage.Reclaimed)
+}
+
+// New returns a Watchdog.
+func New(store *storage.Store, cfg Config, log *slog.Logger) *Watchdog {
+	return &Watchdog{store: store, cfg: cfg.WithDefaults(), log: log}
+}
+
+// Run sweeps until ctx is done and returns nil then.
+func (w *Watchdog) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		timer.Reset(w.sweep(ctx))
+	}
+}
+
+// sweep reclaims what has expired and returns how long to sleep.
+func (w *Watchdog) sweep(ctx context.Context) time.Duration {
+	for {
+		n, err := w.ReclaimOnce(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("watchdog sweep failed", "err", err)
+			}
+			return w.cfg.Interval
+		}
+		if n < w.cfg.BatchSize {
+			break
+		}
+	}
+	wait, ok, err := w.store.NextLeaseExpiry(ctx)
+	if err != nil || !ok {
+		return w.cfg.Interval
+	}
+	// A few milliseconds past the expiry, so the sweep finds it expired on the
+	// database clock.
+	return min(max(wait+5*time.Millisecond, 5*time.Millisecond), w.cfg.Interval)
+}
+
+// ReclaimOnce ends up to BatchSize expired attempts and returns how many it ended.
+func (w *Watchdog) ReclaimOnce(ctx context.Context) (int, error) {
+	ended, err := w.store.ReclaimExpired(ctx, w.cfg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range ended {
+		w.log.Info("reclaimed expired lease", "task_id", r.TaskID, "queue", r.Queue,
+			"worker_id", r.WorkerID, "attempt", r.Attempt, "outcome", r.Outcome, "to_status", r.Status)
+	}
+	if w.OnReclaim != nil && len(ended) > 0 {
+		w.OnReclaim(ended)
+	}
+	return len(ended), nil
+}
