@@ -1,0 +1,430 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/server"
+)
+
+func shortLeases(c *server.Config) {
+	c.LeaseTimeout = 600 * time.Millisecond
+	c.HeartbeatInterval = 200 * time.Millisecond
+	c.WatchdogInterval = 100 * time.Millisecond
+}
+
+func TestPollDeliversByPriorityThenFIFO(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", map[string]any{"paused": false})
+	// Enqueue as a batch so all are buffered together; priorities interleaved.
+	prios := []int{5, 1, 10, 1, 5, 3, 10, 3, 1, 5}
+	tasks := make([]map[string]any, len(prios))
+	for i, p := range prios {
+		tasks[i] = map[string]any{"payload": i, "priority": p}
+	}
+	var out struct {
+		Tasks []testserver.Task `json:"tasks"`
+	}
+	s.Must(201, "POST", "/queues/q/tasks/batch", map[string]any{"tasks": tasks}).JSON(t, &out)
+	testserver.Eventually(t, 5*time.Second, "all buffered", func() bool {
+		return s.Task("q", out.Tasks[len(out.Tasks)-1].ID).Status == "claimed"
+	})
+	var got []testserver.Polled
+	for len(got) < len(prios) {
+		p := s.Poll("w", []string{"q"}, 3, 1000)
+		if len(p) == 0 {
+			t.Fatalf("poll came back empty after %d tasks", len(got))
+		}
+		got = append(got, p...)
+	}
+	// Expected: priority ascending; within a priority, enqueue order (batch order
+	// shares one created time, so FIFO is by eligible time then the batch position).
+	want := []int{1, 3, 8, 5, 7, 0, 4, 9, 2, 6}
+	for i, p := range got {
+		var idx int
+		if err := json.Unmarshal(p.Payload, &idx); err != nil {
+			t.Fatal(err)
+		}
+		if prios[idx] != prios[want[i]] {
+			t.Fatalf("delivery %d: payload %d (priority %d), want priority %d; order %v", i, idx, prios[idx], prios[want[i]], payloads(got))
+		}
+	}
+}
+
+func payloads(ps []testserver.Polled) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, string(p.Payload))
+	}
+	return out
+}
+
+func TestFIFOWithinPriority(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	var ids []string
+	for i := 0; i < 6; i++ {
+		ids = append(ids, s.Enqueue("q", map[string]any{"payload": i, "priority": 4}).ID)
+		time.Sleep(2 * time.Millisecond) // distinct eligible milliseconds: FIFO is by eligible time
+	}
+	testserver.Eventually(t, 5*time.Second, "all buffered", func() bool { return s.Task("q", ids[5]).Status == "claimed" })
+	for i, id := range ids {
+		p := s.Poll("w", []string{"q"}, 1, 1000)
+		if len(p) != 1 || p[0].ID != id {
+			t.Fatalf("delivery %d: got %+v, want task %s", i, p, id)
+		}
+	}
+}
+
+func TestDelayedTaskNotDeliveredEarly(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	at := time.Now().Add(1500 * time.Millisecond)
+	task := s.Enqueue("q", map[string]any{"payload": "later", "scheduled_at": at.UTC().Format(time.RFC3339Nano)})
+	if p := s.Poll("w", []string{"q"}, 1, 700); len(p) != 0 {
+		t.Fatalf("delivered %v before its schedule", p)
+	}
+	var p []testserver.Polled
+	for len(p) == 0 {
+		p = s.Poll("w", []string{"q"}, 1, 3000)
+	}
+	if p[0].ID != task.ID {
+		t.Fatalf("got %s", p[0].ID)
+	}
+	got := s.Task("q", task.ID)
+	if got.AttemptHistory[0].StartedAt.Before(at) {
+		t.Fatalf("attempt started %s, before the schedule %s", got.AttemptHistory[0].StartedAt, at)
+	}
+}
+
+func TestPollTriesQueuesInOrderAndHonoursMaxTasks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("a", nil)
+	s.CreateQueue("b", nil)
+	for i := 0; i < 3; i++ {
+		s.Enqueue("a", map[string]any{"payload": i})
+		s.Enqueue("b", map[string]any{"payload": i})
+	}
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val() == 3 && s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("b")).Val() == 3
+	})
+	p := s.Poll("w", []string{"b", "a", "missing"}, 4, 0)
+	if len(p) != 4 || p[0].Queue != "b" || p[2].Queue != "b" || p[3].Queue != "a" {
+		t.Fatalf("poll order: %+v", p)
+	}
+	for _, task := range p {
+		if task.Attempt != 1 || task.LeaseToken == "" || task.HeartbeatIntervalMs != 1000 || time.Until(task.LeaseExpiresAt) < 3*time.Second {
+			t.Fatalf("polled task fields: %+v", task)
+		}
+	}
+	bad := []map[string]any{
+		{"queues": []string{"a"}},
+		{"worker_id": "w"},
+		{"worker_id": "w", "queues": []string{}},
+		{"worker_id": "w", "queues": []string{"a"}, "max_tasks": 0},
+		{"worker_id": "w", "queues": []string{"a"}, "max_tasks": 101},
+		{"worker_id": "w", "queues": []string{"a"}, "wait_ms": 30001},
+		{"worker_id": "w", "queues": []string{"a"}, "wait_ms": -1},
+		{"worker_id": "w", "queues": []string{"a/b"}},
+		{"worker_id": "w", "queues": []string{"a"}, "extra": 1},
+	}
+	for _, b := range bad {
+		if resp := s.Do("POST", "/workers/poll", b); resp.Status != 400 || resp.ErrorCode(t) != "invalid_request" {
+			t.Errorf("poll %v: %d %s", b, resp.Status, resp.Body)
+		}
+	}
+	if n := s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val(); n != 2 {
+		t.Fatalf("bad polls took tasks: buffer a holds %d, want 2", n)
+	}
+}
+
+func TestLongPollWakesWhenWorkArrives(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) {
+		c.DispatchInterval = time.Hour // only NOTIFY and the wake-up can deliver in time
+	}})
+	s.CreateQueue("q", nil)
+	got := make(chan []testserver.Polled, 1)
+	go func() { got <- s.Poll("w", []string{"q"}, 1, 20000) }()
+	testserver.Eventually(t, 5*time.Second, "poller parked", func() bool {
+		return s.Redis.PubSubNumSub(t.Context(), s.Server.Buffer.WakeChannel()).Val()[s.Server.Buffer.WakeChannel()] > 0
+	})
+	time.Sleep(50 * time.Millisecond) // let the poll reach its wait
+	start := time.Now()
+	task := s.Enqueue("q", map[string]any{"payload": "wake"})
+	select {
+	case p := <-got:
+		if len(p) != 1 || p[0].ID != task.ID {
+			t.Fatalf("long poll returned %+v", p)
+		}
+		t.Logf("enqueue → long-poll return: %s", time.Since(start))
+	case <-time.After(15 * time.Second):
+		t.Fatal("long poll was not woken by the enqueue")
+	}
+}
+
+func TestAckNackHeartbeat(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", map[string]any{"max_retries": 2, "backoff_base_ms": 400, "backoff_max_ms": 100000})
+	task := s.Enqueue("q", map[string]any{"payload": "x"})
+	p := s.Poll("w1", []string{"q"}, 1, 5000)[0]
+
+	hb := s.Heartbeat("w1", p)
+	if hb.Status != 200 {
+		t.Fatalf("heartbeat: %d %s", hb.Status, hb.Body)
+	}
+	var lease struct {
+		LeaseExpiresAt  time.Time `json:"lease_expires_at"`
+		CancelRequested bool      `json:"cancel_requested"`
+	}
+	hb.JSON(t, &lease)
+	if !lease.LeaseExpiresAt.After(p.LeaseExpiresAt) || lease.CancelRequested {
+		t.Fatalf("heartbeat did not extend the lease: %v → %v", p.LeaseExpiresAt, lease.LeaseExpiresAt)
+	}
+
+	// Nack (retryable) → retry after the backoff of attempt 1: [base, 2*base].
+	var nacked testserver.Task
+	s.Must(200, "POST", "/workers/nack", map[string]any{"worker_id": "w1", "task_id": p.ID, "lease_token": p.LeaseToken, "error": "flaky"}).JSON(t, &nacked)
+	delay := nacked.ScheduledAt.Sub(nacked.UpdatedAt)
+	if nacked.Status != "retry" || delay < 400*time.Millisecond || delay > 800*time.Millisecond || *nacked.LastError != "flaky" {
+		t.Fatalf("nack: status %s delay %s", nacked.Status, delay)
+	}
+	// The same token again: 409, nothing changes.
+	before := s.Task("q", task.ID)
+	for name, resp := range map[string]testserver.Response{
+		"ack": s.Ack("w1", p), "nack": s.Nack("w1", p, "again", nil), "heartbeat": s.Heartbeat("w1", p),
+	} {
+		if resp.Status != 409 || resp.ErrorCode(t) != "lease_lost" {
+			t.Fatalf("stale %s: %d %s", name, resp.Status, resp.Body)
+		}
+	}
+	if after := s.Task("q", task.ID); after.UpdatedAt != before.UpdatedAt || after.Status != before.Status {
+		t.Fatalf("stale calls changed the task")
+	}
+
+	// Attempt 2, then ack with a result.
+	p2 := s.Poll("w2", []string{"q"}, 1, 5000)[0]
+	if p2.Attempt != 2 || p2.LeaseToken == p.LeaseToken {
+		t.Fatalf("second attempt: %+v", p2)
+	}
+	if resp := s.Nack("w2", p, "old token", nil); resp.Status != 409 {
+		t.Fatalf("first attempt's token on the second attempt: %d", resp.Status)
+	}
+	if resp := s.Ack("w1", testserver.Polled{ID: p2.ID, LeaseToken: p2.LeaseToken}); resp.Status != 409 {
+		t.Fatalf("another worker's ack with the right token: %d", resp.Status)
+	}
+	var done testserver.Task
+	s.Must(200, "POST", "/workers/ack", map[string]any{"worker_id": "w2", "task_id": p2.ID, "lease_token": p2.LeaseToken,
+		"result": map[string]any{"sent": true}}).JSON(t, &done)
+	if done.Status != "done" || string(done.Result) != `{"sent":true}` || done.FinishedAt == nil {
+		t.Fatalf("ack: %+v", done)
+	}
+	h := s.Task("q", task.ID).AttemptHistory
+	if len(h) != 2 || h[0].Status != "failed" || *h[0].Error != "flaky" || h[0].WorkerID != "w1" ||
+		h[1].Status != "succeeded" || h[1].WorkerID != "w2" || h[1].FinishedAt == nil {
+		t.Fatalf("history: %+v", h)
+	}
+	// A done task never runs again.
+	if p := s.Poll("w3", []string{"q"}, 1, 300); len(p) != 0 {
+		t.Fatalf("done task delivered again: %+v", p)
+	}
+
+	bad := []map[string]any{
+		{"task_id": p2.ID, "lease_token": p2.LeaseToken},
+		{"worker_id": "w2", "task_id": p2.ID},
+		{"worker_id": "w2", "task_id": "nope", "lease_token": p2.LeaseToken},
+		{"worker_id": "w2", "task_id": p2.ID, "lease_token": p2.LeaseToken, "retry_after_ms": -5},
+		{"worker_id": "w2", "task_id": p2.ID, "lease_token": p2.LeaseToken, "retryable": "yes"},
+	}
+	for _, b := range bad {
+		if resp := s.Do("POST", "/workers/nack", b); resp.Status != 400 {
+			t.Errorf("nack %v: %d %s", b, resp.Status, resp.Body)
+		}
+	}
+	if resp := s.Do("POST", "/workers/heartbeat", map[string]any{"worker_id": "idle"}); resp.Status != 200 {
+		t.Fatalf("worker-only heartbeat: %d %s", resp.Status, resp.Body)
+	}
+}
+
+func TestNackPermanentAndRetryAfterAndBudget(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", map[string]any{"max_retries": 1, "backoff_base_ms": 60000, "backoff_max_ms": 60000})
+
+	perm := s.Enqueue("q", map[string]any{"payload": "perm"})
+	p := s.Poll("w", []string{"q"}, 1, 5000)[0]
+	var got testserver.Task
+	s.Nack("w", p, "bad input", map[string]any{"retryable": false}).JSON(t, &got)
+	if got.ID != perm.ID || got.Status != "dead" || got.FinishedAt == nil {
+		t.Fatalf("permanent nack: %+v", got)
+	}
+
+	// retry_after_ms overrides the queue's (one-minute) backoff; then the budget of one
+	// retry is spent and the second failure dead-letters.
+	budget := s.Enqueue("q", map[string]any{"payload": "budget"})
+	p = s.Poll("w", []string{"q"}, 1, 5000)[0]
+	s.Nack("w", p, "try soon", map[string]any{"retry_after_ms": 0}).JSON(t, &got)
+	if got.Status != "retry" || got.ScheduledAt.After(got.UpdatedAt) {
+		t.Fatalf("retry_after_ms 0: %+v", got)
+	}
+	p = s.Poll("w", []string{"q"}, 1, 5000)[0]
+	if p.ID != budget.ID || p.Attempt != 2 {
+		t.Fatalf("retry: %+v", p)
+	}
+	s.Nack("w", p, "still failing", nil).JSON(t, &got)
+	if got.Status != "dead" || got.Attempts != 2 {
+		t.Fatalf("budget spent: %+v", got)
+	}
+}
+
+func TestBackoffStaysWithinTheFormula(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	const base, maxMs = 100, 1000
+	s.CreateQueue("q", map[string]any{"max_retries": 10, "backoff_base_ms": base, "backoff_max_ms": maxMs})
+	task := s.Enqueue("q", map[string]any{"payload": 1})
+	for n := 1; n <= 6; n++ {
+		var p []testserver.Polled
+		for len(p) == 0 {
+			p = s.Poll("w", []string{"q"}, 1, 3000)
+		}
+		if p[0].ID != task.ID || p[0].Attempt != n {
+			t.Fatalf("attempt %d: %+v", n, p[0])
+		}
+		var got testserver.Task
+		s.Nack("w", p[0], "fail", nil).JSON(t, &got)
+		delay := got.ScheduledAt.Sub(got.UpdatedAt).Milliseconds()
+		low := min(base<<(n-1), maxMs)
+		high := min(base<<(n-1)+base, maxMs)
+		if delay < int64(low) || delay > int64(high) {
+			t.Fatalf("attempt %d: delay %d ms outside [%d, %d]", n, delay, low, high)
+		}
+	}
+}
+
+func TestLeaseExpiryRedeliversAndStaleTokenChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: shortLeases})
+	s.CreateQueue("q", map[string]any{"max_retries": 5, "backoff_base_ms": 0, "backoff_max_ms": 0})
+	task := s.Enqueue("q", map[string]any{"payload": 1})
+	first := s.Poll("crashed", []string{"q"}, 1, 5000)[0]
+
+	var second []testserver.Polled
+	for len(second) == 0 {
+		second = s.Poll("healthy", []string{"q"}, 1, 5000)
+	}
+	if second[0].ID != task.ID || second[0].Attempt != 2 || second[0].LeaseToken == first.LeaseToken {
+		t.Fatalf("re-delivery: %+v", second[0])
+	}
+	before := s.Task("q", task.ID)
+	for name, resp := range map[string]testserver.Response{
+		"ack": s.Ack("crashed", first), "nack": s.Nack("crashed", first, "late", nil), "heartbeat": s.Heartbeat("crashed", first),
+	} {
+		if resp.Status != 409 || resp.ErrorCode(t) != "lease_lost" {
+			t.Fatalf("old token %s: %d %s", name, resp.Status, resp.Body)
+		}
+	}
+	after := s.Task("q", task.ID)
+	if after.UpdatedAt != before.UpdatedAt || after.Status != "executing" || *after.ClaimedBy != "healthy" {
+		t.Fatalf("old token changed the task: %+v", after)
+	}
+	h := after.AttemptHistory
+	if len(h) != 2 || h[0].Status != "abandoned" || h[0].WorkerID != "crashed" || h[0].FinishedAt == nil || h[0].Error == nil ||
+		h[1].Status != "executing" {
+		t.Fatalf("history: %+v", h)
+	}
+	s.Must(200, "POST", "/workers/ack", map[string]any{"worker_id": "healthy", "task_id": second[0].ID, "lease_token": second[0].LeaseToken})
+}
+
+func TestLeaseExpiriesSpendTheBudget(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: shortLeases})
+	s.CreateQueue("q", map[string]any{"max_retries": 2, "backoff_base_ms": 0, "backoff_max_ms": 0})
+	task := s.Enqueue("q", map[string]any{"payload": "poison"})
+	for attempt := 1; attempt <= 3; attempt++ {
+		var p []testserver.Polled
+		for len(p) == 0 {
+			p = s.Poll("doomed", []string{"q"}, 1, 5000)
+		}
+		if p[0].Attempt != attempt {
+			t.Fatalf("delivery %d has attempt %d", attempt, p[0].Attempt)
+		}
+		// never ack: the worker "dies" holding it
+	}
+	testserver.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return s.Task("q", task.ID).Status == "dead" })
+	got := s.Task("q", task.ID)
+	if got.Attempts != 3 || len(got.AttemptHistory) != 3 {
+		t.Fatalf("attempts %d, history %d; want 3 each", got.Attempts, len(got.AttemptHistory))
+	}
+	for _, a := range got.AttemptHistory {
+		if a.Status != "abandoned" {
+			t.Fatalf("history: %+v", got.AttemptHistory)
+		}
+	}
+}
+
+func TestTimeoutEndsAttemptAsTimedOut(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) {
+		c.LeaseTimeout = 10 * time.Second
+		c.WatchdogInterval = 100 * time.Millisecond
+	}})
+	s.CreateQueue("q", map[string]any{"max_retries": 0})
+	task := s.Enqueue("q", map[string]any{"payload": 1, "timeout_seconds": 1})
+	p := s.Poll("w", []string{"q"}, 1, 5000)[0]
+	if time.Until(p.LeaseExpiresAt) > 1100*time.Millisecond {
+		t.Fatalf("lease %s outlives the 1 s timeout", time.Until(p.LeaseExpiresAt))
+	}
+	// Heartbeats do not extend the attempt past its timeout.
+	for i := 0; i < 3; i++ {
+		if resp := s.Heartbeat("w", p); resp.Status == 200 {
+			var l struct {
+				LeaseExpiresAt time.Time `json:"lease_expires_at"`
+			}
+			resp.JSON(t, &l)
+			if l.LeaseExpiresAt.After(p.LeaseExpiresAt) {
+				t.Fatalf("heartbeat extended past the deadline: %s > %s", l.LeaseExpiresAt, p.LeaseExpiresAt)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	testserver.Eventually(t, 10*time.Second, "timed out", func() bool { return s.Task("q", task.ID).Status == "dead" })
+	if h := s.Task("q", task.ID).AttemptHistory; len(h) != 1 || h[0].Status != "timed_out" {
+		t.Fatalf("history: %+v", h)
+	}
+	if resp := s.Ack("w", p); resp.Status != 409 {
+		t.Fatalf("ack after timeout: %d", resp.Status)
+	}
+}
+
+func TestWorkersList(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	task := s.Enqueue("q", map[string]any{"payload": 1})
+	s.Poll("busy", []string{"q"}, 1, 5000)
+	s.Must(200, "POST", "/workers/heartbeat", map[string]any{"worker_id": "idle"})
+	var out struct {
+		Workers []struct {
+			ID              string    `json:"id"`
+			Queues          []string  `json:"queues"`
+			LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+			CurrentTasks    []string  `json:"current_tasks"`
+			Stale           bool      `json:"stale"`
+		} `json:"workers"`
+	}
+	s.Must(http.StatusOK, "GET", "/workers", nil).JSON(t, &out)
+	if len(out.Workers) != 2 || out.Workers[0].ID != "busy" || len(out.Workers[0].CurrentTasks) != 1 ||
+		out.Workers[0].CurrentTasks[0] != task.ID || out.Workers[0].Queues[0] != "q" || out.Workers[0].Stale ||
+		out.Workers[1].ID != "idle" || len(out.Workers[1].CurrentTasks) != 0 {
+		t.Fatalf("workers: %+v", out.Workers)
+	}
+}
