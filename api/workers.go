@@ -315,4 +315,3 @@ func (s *Server) listWorkers(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, gin.H{"workers": ws})
 }
-
