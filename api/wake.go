@@ -75,10 +75,3 @@ func (h *wakeHub) wake(queue string, n int) int {
 	}
 	return woke
 }
-
-// parked returns how many waiters are parked on queue.
-func (h *wakeHub) parked(queue string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.waiters[queue])
-}

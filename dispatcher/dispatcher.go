@@ -57,7 +57,6 @@ type Dispatcher struct {
 	buf    *buffer.Buffer
 	cfg    Config
 	log    *slog.Logger
-	wakeMu sync.Mutex
 	wake   chan struct{}
 }
 

@@ -1,0 +1,35 @@
+# TaskForge — common tasks. `make run` and `make test` need only Go plus the local
+# PostgreSQL and Redis server binaries (Debian: postgresql, redis-server).
+
+GO          ?= go
+BIN         := bin/taskforge
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_FLAGS  ?= -race -count=1 -timeout 15m
+
+.PHONY: all build run test lint fmt bench clean
+
+all: build
+
+build: ## Build the taskforge binary into bin/
+	$(GO) build -o $(BIN) ./cmd/taskforge
+
+run: build ## Start TaskForge with embedded PostgreSQL and Redis, a demo worker and the dashboard
+	./$(BIN) dev
+
+test: ## Run the whole suite against real PostgreSQL and Redis (local ones, or throwaway)
+	$(GO) test $(TEST_FLAGS) ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+bench: ## Go benchmarks of the hot paths (enqueue, dispatch, claim, ack, Lua pop)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./storage/... ./buffer/...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,76 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestConcurrentApplyRunsEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.NewDatabase(t)
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const replicas = 4
+	applied := make([][]int, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := 0; i < replicas; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := storage.Connect(ctx, url, 2)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			applied[i], errs[i] = migrations.Apply(ctx, pool)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range applied {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		total += len(applied[i])
+	}
+	if total != len(all) {
+		t.Fatalf("%d migrations applied across %d concurrent replicas, want %d (each once)", total, replicas, len(all))
+	}
+	pool, err := storage.Connect(ctx, url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	again, err := migrations.Apply(ctx, pool)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("re-apply: %v %v", again, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM taskforge_migrations").Scan(&n); err != nil || n != len(all) {
+		t.Fatalf("recorded %d migrations (%v)", n, err)
+	}
+}
+
+func TestMigrationsAreNumberedInOrder(t *testing.T) {
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range all {
+		if m.Version != i+1 || m.Name == "" || m.SQL == "" {
+			t.Fatalf("migration %d: %+v", i, m.Version)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// newStore returns a Store on a fresh, migrated database with one queue "q".
+func newStore(tb testing.TB) *storage.Store {
+	tb.Helper()
+	ctx := context.Background()
+	pool, err := storage.Connect(ctx, testenv.NewDatabase(tb), 8)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		tb.Fatal(err)
+	}
+	s := storage.New(pool)
+	if _, err := s.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 3600000}); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func newTasks(n int) []storage.NewTask {
+	out := make([]storage.NewTask, n)
+	for i := range out {
+		out[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`{"n":1}`), Priority: 1 + i%10}
+	}
+	return out
+}
+
+// dispatchAll moves every due task to claimed and returns their ids.
+func dispatchAll(tb testing.TB, s *storage.Store) []uuid.UUID {
+	var ids []uuid.UUID
+	for {
+		batch, err := s.DispatchDue(context.Background(), "q", 500)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, b := range batch {
+			ids = append(ids, b.ID)
+		}
+		if len(batch) < 500 {
+			return ids
+		}
+	}
+}
+
+func BenchmarkEnqueue(b *testing.B) {
+	for _, size := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := s.Enqueue(ctx, "q", newTasks(size)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+func BenchmarkDispatch(b *testing.B) {
+	s := newStore(b)
+	ctx := context.Background()
+	const batch = 100
+	for done := 0; done < 20000; done += 1000 {
+		if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	moved := 0
+	for b.Loop() {
+		got, err := s.DispatchDue(ctx, "q", batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) == 0 {
+			b.StopTimer()
+			if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		moved += len(got)
+	}
+	b.ReportMetric(float64(moved)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// benchClaimAck claims size tasks per statement and acks each.
+func BenchmarkClaimAck(b *testing.B) {
+	for _, size := range []int{1, 10} {
+		b.Run(fmt.Sprintf("claim=%d", size), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			var ids []uuid.UUID
+			b.ResetTimer()
+			for b.Loop() {
+				if len(ids) < size {
+					b.StopTimer()
+					if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+						b.Fatal(err)
+					}
+					ids = append(ids, dispatchAll(b, s)...)
+					b.StartTimer()
+				}
+				claimed, err := s.ClaimTasks(ctx, ids[:size], "bench", 30*time.Second)
+				ids = ids[size:]
+				if err != nil || len(claimed) != size {
+					b.Fatalf("claimed %d of %d: %v", len(claimed), size, err)
+				}
+				for _, t := range claimed {
+					if _, err := s.Ack(ctx, "bench", t.ID, *t.LeaseToken, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
