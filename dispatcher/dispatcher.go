@@ -53,11 +53,11 @@ func (c Config) WithDefaults() Config {
 
 // Dispatcher moves due tasks into the buffer. Create it with New; run it with Run.
 type Dispatcher struct {
-	store  *storage.Store
-	buf    *buffer.Buffer
-	cfg    Config
-	log    *slog.Logger
-	wake   chan struct{}
+	store *storage.Store
+	buf   *buffer.Buffer
+	cfg   Config
+	log   *slog.Logger
+	wake  chan struct{}
 }
 
 // New returns a Dispatcher.
