@@ -129,7 +129,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			log.Info("applied migrations", "versions", applied)
 		}
 	}
-	s.checkEvictionPolicy(ctx)
+	if s.ownsRedis { // an embedded Redis (dev mode) never evicts
+		s.checkEvictionPolicy(ctx)
+	}
 
 	s.Store = storage.New(pool)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)

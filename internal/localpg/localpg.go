@@ -33,7 +33,7 @@ type Options struct {
 	Port int
 	// Log receives the output of initdb and the server log. Nil means a file:
 	// postgres.log in the temporary directory for a throwaway cluster, or
-	// localpg.log inside DataDir for a kept one (see Server.LogPath). A Log
+	// <DataDir>.log beside DataDir for a kept one (see Server.LogPath). A Log
 	// that is not an *os.File is fed by a goroutine while the server runs.
 	Log io.Writer
 }
@@ -199,7 +199,7 @@ func (s *Server) prepareDataDir(dir string) (needInit bool, err error) {
 	return needInit, nil
 }
 
-// maxKeptLog is the size past which a kept cluster's localpg.log is started
+// maxKeptLog is the size past which a kept cluster's <DataDir>.log is started
 // afresh.
 const maxKeptLog = 16 << 20
 
@@ -212,7 +212,7 @@ func (s *Server) openLog() error {
 	if s.temp {
 		s.logPath = filepath.Join(s.runDir, "postgres.log")
 	} else {
-		s.logPath = filepath.Join(s.dataDir, "localpg.log")
+		s.logPath = s.dataDir + ".log" // beside the cluster: initdb wants an empty directory
 		if fi, err := os.Stat(s.logPath); err == nil && fi.Size() > maxKeptLog {
 			flags |= os.O_TRUNC
 		}

@@ -178,7 +178,7 @@ func TestKeptDataDir(t *testing.T) {
 	if srv.Port() != fixed {
 		t.Fatalf("Port() = %d, want %d", srv.Port(), fixed)
 	}
-	if srv.LogPath() != filepath.Join(dir, "localpg.log") {
+	if srv.LogPath() != dir+".log" {
 		t.Errorf("LogPath() = %q", srv.LogPath())
 	}
 	conn = connect(t, ctx, srv.URL("postgres"))
@@ -190,7 +190,7 @@ func TestKeptDataDir(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(filepath.Join(dir, "localpg.log"))
+	b, _ := os.ReadFile(dir+".log")
 	if strings.Contains(string(b), "initdb") {
 		t.Errorf("second Start ran initdb on an existing cluster:\n%s", b)
 	}
