@@ -190,7 +190,7 @@ func TestKeptDataDir(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(dir+".log")
+	b, _ := os.ReadFile(dir + ".log")
 	if strings.Contains(string(b), "initdb") {
 		t.Errorf("second Start ran initdb on an existing cluster:\n%s", b)
 	}
