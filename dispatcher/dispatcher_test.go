@@ -1,0 +1,167 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type bundle struct {
+	store *storage.Store
+	buf   *buffer.Buffer
+	rdb   *redis.Client
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	store := storage.New(pool)
+	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return bundle{store: store, buf: buffer.New(rdb, testenv.RedisPrefix(t)), rdb: rdb}
+}
+
+func enqueue(t *testing.T, s *storage.Store, n int, at *time.Time) {
+	t.Helper()
+	tasks := make([]storage.NewTask, n)
+	for i := range tasks {
+		tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`1`), Priority: 1 + i%10, ScheduledAt: at}
+	}
+	if _, err := s.Enqueue(context.Background(), "q", tasks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestConcurrentDispatchersBufferEachTaskOnceUpToTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueue(t, b.store, 3000, nil)
+	future := time.Now().Add(time.Hour)
+	enqueue(t, b.store, 50, &future)
+
+	cfg := dispatcher.Config{BufferTarget: 1000, BatchSize: 100}
+	var wg sync.WaitGroup
+	moved := make([]int, 4)
+	for i := range moved {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := dispatcher.New(b.store, b.buf, cfg, quiet).DispatchOnce(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			moved[i] = n
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range moved {
+		total += n
+	}
+	size := b.rdb.ZCard(ctx, b.buf.Key("q")).Val()
+	// Each replica tops up to the target from the size it saw, so together they may
+	// overshoot, but never buffer a task twice or a task that is not due.
+	if int64(total) != size || size < 1000 || size > 4000 {
+		t.Fatalf("dispatchers moved %d tasks, buffer holds %d; want equal and within [1000, 4000]", total, size)
+	}
+	var claimed int
+	if err := b.store.Pool().QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'claimed'`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if int64(claimed) != size {
+		t.Fatalf("%d tasks claimed in PostgreSQL, %d ids buffered", claimed, size)
+	}
+	// A second pass with a full buffer moves nothing.
+	if n, err := dispatcher.New(b.store, b.buf, dispatcher.Config{BufferTarget: 1000}, quiet).DispatchOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("full buffer: moved %d (%v)", n, err)
+	}
+}
+
+func TestRepairReaddsLostEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	enqueue(t, b.store, 20, nil)
+	d := dispatcher.New(b.store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond}, quiet)
+	if n, err := d.DispatchOnce(ctx); err != nil || n != 20 {
+		t.Fatalf("dispatch: %d %v", n, err)
+	}
+	// Lose 5 entries as a crash between pop and claim would, and the rest as FLUSHALL would.
+	if _, err := b.buf.Pop(ctx, "q", 5); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // older than RepairAfter on the database clock
+	if n, err := d.RepairOnce(ctx); err != nil || n != 5 {
+		t.Fatalf("repair after pop: re-added %d (%v), want 5", n, err)
+	}
+	b.rdb.Del(ctx, b.buf.Key("q"))
+	if n, err := d.RepairOnce(ctx); err != nil || n != 20 {
+		t.Fatalf("repair after loss: re-added %d (%v), want 20", n, err)
+	}
+	if n, err := d.RepairOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("repair of a whole buffer: re-added %d (%v), want 0", n, err)
+	}
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	enqueue(t, b.store, 10, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	d := dispatcher.New(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	// The first pass runs at once; LISTEN picks up a later enqueue without a tick.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 10 {
+		if time.Now().After(deadline) {
+			t.Fatal("first pass did not buffer the tasks")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	enqueue(t, b.store, 5, nil)
+	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 15 {
+		if time.Now().After(deadline) {
+			t.Fatal("NOTIFY did not wake the dispatcher")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}

@@ -1,0 +1,148 @@
+package watchdog_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/watchdog"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// executing returns a store holding n tasks executing under leases of the given length.
+func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.Store {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	s := storage.New(pool)
+	if _, err := s.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: maxRetries, BackoffBaseMs: 0, BackoffMaxMs: 0}); err != nil {
+		t.Fatal(err)
+	}
+	tasks := make([]storage.NewTask, n)
+	for i := range tasks {
+		tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`1`), Priority: 5}
+	}
+	if _, err := s.Enqueue(ctx, "q", tasks); err != nil {
+		t.Fatal(err)
+	}
+	due, err := s.DispatchDue(ctx, "q", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uuid.UUID, len(due))
+	for i, d := range due {
+		ids[i] = d.ID
+	}
+	if claimed, err := s.ClaimTasks(ctx, ids, "crashed", lease); err != nil || len(claimed) != n {
+		t.Fatalf("claim: %d %v", len(claimed), err)
+	}
+	return s
+}
+
+func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
+	t.Parallel()
+	s := executing(t, 600, 3, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // let the 1 ms leases expire on the database clock
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[uuid.UUID]int{}
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := watchdog.New(s, watchdog.Config{BatchSize: 50}, quiet)
+			w.OnReclaim = func(rs []storage.Reclaimed) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range rs {
+					seen[r.TaskID]++
+					if r.Outcome != storage.AttemptAbandoned || r.Status != storage.StatusRetry || r.WorkerID != "crashed" {
+						t.Errorf("reclaimed %+v", r)
+					}
+				}
+			}
+			for {
+				n, err := w.ReclaimOnce(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 600 {
+		t.Fatalf("reclaimed %d distinct tasks, want 600", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("task %s reclaimed %d times", id, n)
+		}
+	}
+}
+
+func TestWatchdogLeavesValidLeasesAlone(t *testing.T) {
+	t.Parallel()
+	s := executing(t, 10, 3, time.Minute)
+	w := watchdog.New(s, watchdog.Config{}, quiet)
+	if n, err := w.ReclaimOnce(context.Background()); err != nil || n != 0 {
+		t.Fatalf("reclaimed %d valid leases (%v)", n, err)
+	}
+	wait, ok, err := s.NextLeaseExpiry(context.Background())
+	if err != nil || !ok || wait < 50*time.Second || wait > time.Minute {
+		t.Fatalf("next expiry in %s (%v, %v), want about a minute", wait, ok, err)
+	}
+}
+
+func TestRunReclaimsSoonAfterExpiryAndStops(t *testing.T) {
+	t.Parallel()
+	s := executing(t, 5, 0, 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	reclaimed := make(chan []storage.Reclaimed, 10)
+	// A long interval: only sleeping until the earliest expiry can reclaim in time.
+	w := watchdog.New(s, watchdog.Config{Interval: time.Hour}, quiet)
+	w.OnReclaim = func(rs []storage.Reclaimed) { reclaimed <- rs }
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case rs := <-reclaimed:
+		for _, r := range rs {
+			if r.Status != storage.StatusDead { // max_retries 0: the first failure is final
+				t.Fatalf("reclaimed %+v", r)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("expired leases were not reclaimed")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
