@@ -24,6 +24,7 @@ type queueSettings struct {
 	BackoffBaseMs  Nullable[int64]   `json:"backoff_base_ms"`
 	BackoffMaxMs   Nullable[int64]   `json:"backoff_max_ms"`
 	Paused         Nullable[bool]    `json:"paused"`
+	PriorityAging  Nullable[int64]   `json:"priority_aging_ms"`
 }
 
 type createQueueRequest struct {
@@ -79,6 +80,12 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 		}
 		q.Paused = qs.Paused.Value
 	}
+	if qs.PriorityAging.Set {
+		if qs.PriorityAging.Valid && (qs.PriorityAging.Value < 1 || qs.PriorityAging.Value > 30*dayMs) {
+			return invalid("priority_aging_ms must be an integer from 1 to %d, or null for strict priority", 30*dayMs)
+		}
+		q.PriorityAgingMs = qs.PriorityAging.Ptr()
+	}
 	return nil
 }
 
@@ -112,6 +119,7 @@ func (s *Server) createQueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.limits.Set(created)
 	c.JSON(http.StatusCreated, queueView(created))
 }
 
@@ -143,12 +151,48 @@ func (s *Server) updateQueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	q, err := s.store.UpdateQueue(c, c.Param("name"), req.apply)
+	s.changeQueue(c, req.apply)
+}
+
+func (s *Server) pauseQueue(c *gin.Context) {
+	s.changeQueue(c, func(q *storage.Queue) error { q.Paused = true; return nil })
+}
+
+func (s *Server) resumeQueue(c *gin.Context) {
+	s.changeQueue(c, func(q *storage.Queue) error { q.Paused = false; return nil })
+}
+
+// changeQueue applies change to the queue named in the path and makes it take effect
+// here at once (other replicas follow within ratelimit.RefreshInterval).
+func (s *Server) changeQueue(c *gin.Context, change func(*storage.Queue) error) {
+	name := c.Param("name")
+	var before storage.Queue
+	q, err := s.store.UpdateQueue(c, name, func(q *storage.Queue) error {
+		before = *q
+		return change(q)
+	})
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
+	s.limits.Set(q)
+	if !equalPtr(before.MaxConcurrency, q.MaxConcurrency) {
+		// The running set is only kept while a cap is on: rebuild it before the next pop.
+		if err := s.buf.Unsync(c, name); err != nil {
+			s.log.Warn("could not reset concurrency slots", "queue", name, "err", err)
+		}
+	}
+	if before.Paused && !q.Paused {
+		s.due(name) // dispatch what waited in PostgreSQL
+		if err := s.buf.Wake(c, name, maxPollTasks*10); err != nil {
+			s.log.Warn("could not wake pollers after resume", "queue", name, "err", err)
+		}
+	}
 	c.JSON(http.StatusOK, queueView(q))
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 func (s *Server) deleteQueue(c *gin.Context) {
@@ -157,6 +201,7 @@ func (s *Server) deleteQueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.limits.Forget(name)
 	if err := s.buf.Drop(c, name); err != nil {
 		s.log.Warn("queue deleted but its buffer was not dropped", "queue", name, "err", err)
 	}

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -57,6 +59,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
+	limits *ratelimit.Settings
 	engine *gin.Engine
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
 	// now, so the replica's dispatcher can run without waiting for its tick.
@@ -77,6 +80,7 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
+		limits: ratelimit.NewSettings(store, log),
 		seen: make(map[string]time.Time), draining: make(chan struct{})}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
@@ -97,6 +101,8 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.GET("/queues", s.listQueues)
 	e.GET("/queues/:name", s.getQueue)
 	e.PATCH("/queues/:name", s.updateQueue)
+	e.POST("/queues/:name/pause", s.pauseQueue)
+	e.POST("/queues/:name/resume", s.resumeQueue)
 	e.DELETE("/queues/:name", s.deleteQueue)
 	e.GET("/queues/:name/stats", s.stats)
 
@@ -120,15 +126,29 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	return s
 }
 
+// ReleaseSlots frees the concurrency slots of tasks that stopped executing without
+// this API seeing it (the watchdog reclaimed them).
+func (s *Server) ReleaseSlots(ctx context.Context, queue string, ids ...uuid.UUID) {
+	if err := s.buf.Release(ctx, queue, ids...); err != nil {
+		s.log.Warn("concurrency slots not released; the dispatcher's repair pass will", "queue", queue, "err", err)
+	}
+}
+
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
 
 // Engine returns the gin engine, for mounting further routes (dashboard, metrics).
 func (s *Server) Engine() *gin.Engine { return s.engine }
 
-// Run listens for buffer wake-ups and rouses long-poll waiters until ctx is done.
-// It returns nil when ctx is cancelled.
+// Run keeps the queue settings fresh and rouses long-poll waiters on buffer wake-ups
+// until ctx is done. It returns nil when ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.limits.Run(ctx)
+	}()
+	defer func() { <-done }()
 	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel())
 	defer sub.Close()
 	ch := sub.Channel()

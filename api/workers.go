@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -84,37 +85,53 @@ func (s *Server) poll(c *gin.Context) {
 	}
 	s.recordWorker(c, req.WorkerID, req.Queues)
 
-	tasks, err := s.longPoll(c, req.WorkerID, req.Queues, maxTasks, time.Duration(waitMs)*time.Millisecond)
-	if err != nil && len(tasks) == 0 {
+	res, err := s.longPoll(c, req.WorkerID, req.Queues, maxTasks, time.Duration(waitMs)*time.Millisecond)
+	if err != nil && len(res.tasks) == 0 {
 		s.fail(c, err)
 		return
 	}
-	out := make([]polledTask, len(tasks))
-	for i, t := range tasks {
+	out := make([]polledTask, len(res.tasks))
+	for i, t := range res.tasks {
 		out[i] = polledTask{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 			Attempt: t.Attempts, LeaseToken: *t.LeaseToken, LeaseExpiresAt: *t.LeaseExpiresAt,
 			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds}
 	}
+	if len(out) == 0 && res.retryAfter > 0 {
+		c.JSON(http.StatusOK, gin.H{"tasks": out, "retry_after_ms": res.retryAfter.Milliseconds()})
+		return
+	}
 	c.JSON(http.StatusOK, gin.H{"tasks": out})
+}
+
+// pollResult is what one poll obtained.
+type pollResult struct {
+	tasks []storage.Task
+	// retryAfter, when positive, is when a rate-limited queue that had work next
+	// holds a token.
+	retryAfter time.Duration
 }
 
 // longPoll claims up to maxTasks tasks, waiting up to wait for the first to arrive.
 // It returns as soon as it holds any task.
-func (s *Server) longPoll(ctx context.Context, workerID string, queues []string, maxTasks int, wait time.Duration) ([]storage.Task, error) {
+func (s *Server) longPoll(ctx context.Context, workerID string, queues []string, maxTasks int, wait time.Duration) (pollResult, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		tasks, err := s.claim(ctx, workerID, queues, maxTasks)
-		if len(tasks) > 0 || err != nil || time.Now().After(deadline) {
-			return tasks, err
+		res, err := s.claim(ctx, workerID, queues, maxTasks)
+		if len(res.tasks) > 0 || err != nil || !time.Now().Before(deadline) {
+			return res, err
 		}
 		// Park first, then look again, so a wake-up between the two is not lost.
 		w := s.hub.park(queues)
-		tasks, err = s.claim(ctx, workerID, queues, maxTasks)
-		if len(tasks) > 0 || err != nil {
+		res, err = s.claim(ctx, workerID, queues, maxTasks)
+		if len(res.tasks) > 0 || err != nil {
 			s.hub.leave(w)
-			return tasks, err
+			return res, err
 		}
-		timer := time.NewTimer(min(time.Until(deadline), s.cfg.WakeFallback))
+		nap := min(time.Until(deadline), s.cfg.WakeFallback)
+		if res.retryAfter > 0 { // tokens, not wake-ups, are what we wait for
+			nap = min(nap, res.retryAfter)
+		}
+		timer := time.NewTimer(nap)
 		select {
 		case <-w.ch:
 		case <-timer.C:
@@ -124,7 +141,7 @@ func (s *Server) longPoll(ctx context.Context, workerID string, queues []string,
 		timer.Stop()
 		s.hub.leave(w)
 		if ctx.Err() != nil || s.isDraining() {
-			return nil, nil // the worker went away, or this replica is stopping
+			return pollResult{}, nil // the worker went away, or this replica is stopping
 		}
 	}
 }
@@ -138,39 +155,108 @@ func (s *Server) isDraining() bool {
 	}
 }
 
-// claim pops ids from queues in the order given and claims them in PostgreSQL,
-// until it holds maxTasks tasks or the buffers are empty.
-func (s *Server) claim(ctx context.Context, workerID string, queues []string, maxTasks int) ([]storage.Task, error) {
-	var out []storage.Task
+// claim takes tasks from queues in the order given, each within its flow-control
+// limits, until it holds maxTasks tasks or has tried every queue. A queue that is
+// paused, limited or empty never holds up the next one.
+func (s *Server) claim(ctx context.Context, workerID string, queues []string, maxTasks int) (pollResult, error) {
+	var res pollResult
 	for _, q := range queues {
-		for len(out) < maxTasks {
-			entries, err := s.buf.Pop(ctx, q, maxTasks-len(out))
-			if err != nil {
-				return out, err
-			}
-			if len(entries) == 0 {
-				break
-			}
-			ids := make([]uuid.UUID, len(entries))
-			for i, e := range entries {
-				ids[i] = e.ID
-			}
-			claimed, err := s.store.ClaimTasks(context.WithoutCancel(ctx), ids, workerID, s.cfg.LeaseTimeout)
-			if err != nil {
-				// Not claimed: give the ids back rather than wait for the repair pass.
-				if perr := s.buf.Putback(context.WithoutCancel(ctx), q, entries); perr != nil {
-					s.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", q, "err", perr)
-				}
-				return out, err
-			}
-			out = append(out, claimed...)
-			// Ids that did not claim were stale (cancelled, or taken elsewhere): dropped.
-		}
-		if len(out) >= maxTasks {
+		if len(res.tasks) >= maxTasks {
 			break
 		}
+		limits, ok, err := s.limits.Get(ctx, q)
+		if err != nil {
+			return res, err
+		}
+		if !ok {
+			continue // unknown queue: nothing to take
+		}
+		tasks, retryAfter, err := s.claimFrom(ctx, workerID, q, limits, maxTasks-len(res.tasks))
+		res.tasks = append(res.tasks, tasks...)
+		if err != nil {
+			return res, err
+		}
+		if retryAfter > 0 && (res.retryAfter == 0 || retryAfter < res.retryAfter) {
+			res.retryAfter = retryAfter
+		}
 	}
-	return out, nil
+	return res, nil
+}
+
+// claimFrom pops up to want ids from one queue and claims them in PostgreSQL.
+func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int) ([]storage.Task, time.Duration, error) {
+	var out []storage.Task
+	synced := false
+	for len(out) < want {
+		popped, err := s.buf.Pop(ctx, queue, want-len(out), limits)
+		if err != nil {
+			return out, 0, err
+		}
+		if popped.NeedSync && !synced {
+			// Redis lost the queue's concurrency slots: rebuild them, then pop again.
+			if err := s.buf.SyncSlots(ctx, s.store, queue); err != nil {
+				return out, 0, err
+			}
+			synced = true
+			continue
+		}
+		if len(popped.Entries) == 0 {
+			return out, popped.RetryAfter, nil
+		}
+		ids := make([]uuid.UUID, len(popped.Entries))
+		for i, e := range popped.Entries {
+			ids[i] = e.ID
+		}
+		// Once popped, the ids must be claimed or given back even if the worker hangs up.
+		bg := context.WithoutCancel(ctx)
+		claimed, err := s.store.ClaimTasks(bg, ids, workerID, s.cfg.LeaseTimeout)
+		if err != nil {
+			if perr := s.buf.Putback(bg, queue, popped.Entries); perr != nil {
+				s.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
+			}
+			s.releaseIfCapped(bg, limits, queue, ids...)
+			return out, 0, err
+		}
+		if len(claimed) < len(ids) {
+			// The rest were stale (cancelled, or taken by another replica): dropped, and
+			// the slots they took are freed.
+			s.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
+		}
+		out = append(out, claimed...)
+		if popped.RetryAfter > 0 {
+			return out, popped.RetryAfter, nil
+		}
+	}
+	return out, 0, nil
+}
+
+func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
+	got := make(map[uuid.UUID]bool, len(claimed))
+	for _, t := range claimed {
+		got[t.ID] = true
+	}
+	var out []uuid.UUID
+	for _, id := range ids {
+		if !got[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// releaseIfCapped frees the concurrency slots of ids when queue has a cap.
+func (s *Server) releaseIfCapped(ctx context.Context, limits ratelimit.Limits, queue string, ids ...uuid.UUID) {
+	if limits.MaxConcurrency > 0 && len(ids) > 0 {
+		s.ReleaseSlots(ctx, queue, ids...)
+	}
+}
+
+// finished frees the slot of a task that stopped executing through this API.
+func (s *Server) finished(ctx context.Context, t storage.Task) {
+	limits, ok, err := s.limits.Get(ctx, t.Queue)
+	if err == nil && ok {
+		s.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
+	}
 }
 
 // recordWorker notes the worker as alive, at most once a second per replica.
@@ -263,6 +349,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.finished(c, t)
 	c.JSON(http.StatusOK, t)
 }
 
@@ -301,6 +388,7 @@ func (s *Server) nack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.finished(c, t)
 	if t.Status == storage.StatusRetry && !t.ScheduledAt.After(t.UpdatedAt) && s.OnDue != nil {
 		s.OnDue(t.Queue) // retry without delay: dispatch it now, not on the next tick
 	}

@@ -18,16 +18,27 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskforge/taskforge/lua"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
-// priorityWeightMs is how much eligible time one priority level is worth in a score:
-// ~317 years, so priority always wins and FIFO holds within a priority.
-const priorityWeightMs = 1e13
+// strictLevelWeightMs is how much eligible time one priority level is worth without
+// aging: ~317 years, so priority always wins and FIFO holds within a priority.
+const strictLevelWeightMs = 1e13
 
-// Score orders buffered tasks: lower pops first.
-func Score(priority int, eligibleAt time.Time) float64 {
-	return float64(priority-1)*priorityWeightMs + float64(eligibleAt.UnixMilli())
+// LevelWeightMs is the eligible time one priority level is worth in a queue with the
+// given aging (0 = strict priority).
+func LevelWeightMs(agingMs int64) int64 {
+	if agingMs > 0 {
+		return agingMs
+	}
+	return strictLevelWeightMs
+}
+
+// Score orders buffered tasks: lower pops first. It is the eligible time in Unix
+// milliseconds plus levelWeightMs per priority level below the first.
+func Score(priority int, eligibleAt time.Time, levelWeightMs int64) float64 {
+	return float64(priority-1)*float64(levelWeightMs) + float64(eligibleAt.UnixMilli())
 }
 
 // Entry is a popped id with the score it had, so it can be put back.
@@ -51,19 +62,27 @@ func New(rdb redis.UniversalClient, prefix string) *Buffer {
 func (b *Buffer) Client() redis.UniversalClient { return b.rdb }
 
 // Key is the sorted set holding queue's buffered task ids.
-func (b *Buffer) Key(queue string) string { return b.prefix + ":{q:" + queue + "}:buffer" }
+func (b *Buffer) Key(queue string) string { return b.queueKey(queue, "buffer") }
+
+// queueKey names one of queue's keys; all share the {q:<name>} hash tag.
+func (b *Buffer) queueKey(queue, what string) string {
+	return b.prefix + ":{q:" + queue + "}:" + what
+}
+
+// RunningKey is the sorted set of queue's task ids holding a concurrency slot.
+func (b *Buffer) RunningKey(queue string) string { return b.queueKey(queue, "running") }
 
 // WakeChannel is the pub/sub channel announcing newly buffered work as "queue:count".
 func (b *Buffer) WakeChannel() string { return b.prefix + ":wake" }
 
 // Add mirrors tasks into queue's buffer and announces them to pollers.
-func (b *Buffer) Add(ctx context.Context, queue string, tasks []storage.Buffered) error {
+func (b *Buffer) Add(ctx context.Context, queue string, tasks []storage.Buffered, levelWeightMs int64) error {
 	if len(tasks) == 0 {
 		return nil
 	}
 	members := make([]redis.Z, len(tasks))
 	for i, t := range tasks {
-		members[i] = redis.Z{Score: Score(t.Priority, t.ScheduledAt), Member: t.ID.String()}
+		members[i] = redis.Z{Score: Score(t.Priority, t.ScheduledAt, levelWeightMs), Member: t.ID.String()}
 	}
 	return b.put(ctx, queue, members)
 }
@@ -93,25 +112,125 @@ func (b *Buffer) put(ctx context.Context, queue string, members []redis.Z) error
 	return nil
 }
 
-// Pop takes up to n entries from queue's buffer, best first.
-func (b *Buffer) Pop(ctx context.Context, queue string, n int) ([]Entry, error) {
-	res, err := lua.Pop.Run(ctx, b.rdb, []string{b.Key(queue)}, n).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("pop from %s: %w", queue, err)
+// Popped is what one pop returned.
+type Popped struct {
+	Entries []Entry
+	// RetryAfter, when positive, is when the queue's token bucket next holds a token:
+	// the pop came back short for want of tokens, not of buffered work.
+	RetryAfter time.Duration
+	Paused     bool // the queue is paused; nothing was popped
+	// RedisTimeUs is the Redis clock (Unix microseconds) the script used.
+	RedisTimeUs int64
+	// NeedSync says the queue's concurrency slots must be rebuilt from PostgreSQL
+	// (Reconcile) before anything can be popped.
+	NeedSync bool
+}
+
+// Pop takes up to n entries from queue's buffer, best first, within limits: the
+// token bucket, the concurrency cap (each popped id takes a slot until Release) and
+// the pause, all checked and applied in one atomic script.
+func (b *Buffer) Pop(ctx context.Context, queue string, n int, limits ratelimit.Limits) (Popped, error) {
+	paused := 0
+	if limits.Paused {
+		paused = 1
 	}
-	out := make([]Entry, 0, len(res)/2)
-	for i := 0; i+1 < len(res); i += 2 {
-		id, err := uuid.Parse(res[i])
+	keys := []string{b.Key(queue), b.queueKey(queue, "bucket"), b.RunningKey(queue), b.queueKey(queue, "synced")}
+	res, err := lua.Pop.Run(ctx, b.rdb, keys, n, limits.Rate, limits.Burst, limits.MaxConcurrency, paused).Slice()
+	if err != nil {
+		return Popped{}, fmt.Errorf("pop from %s: %w", queue, err)
+	}
+	if len(res) < 3 {
+		return Popped{}, fmt.Errorf("pop from %s: short reply %v", queue, res)
+	}
+	status, _ := res[0].(int64)
+	retryMs, _ := res[1].(int64)
+	nowUs, _ := res[2].(int64)
+	out := Popped{Paused: status == 1, NeedSync: status == 2, RetryAfter: time.Duration(retryMs) * time.Millisecond,
+		RedisTimeUs: nowUs}
+	for i := 3; i+1 < len(res); i += 2 {
+		member, _ := res[i].(string)
+		rawScore, _ := res[i+1].(string)
+		id, err := uuid.Parse(member)
 		if err != nil {
 			continue // not ours; drop it
 		}
-		score, err := strconv.ParseFloat(res[i+1], 64)
+		score, err := strconv.ParseFloat(rawScore, 64)
 		if err != nil {
-			return nil, fmt.Errorf("pop from %s: bad score %q: %w", queue, res[i+1], err)
+			return Popped{}, fmt.Errorf("pop from %s: bad score %q: %w", queue, rawScore, err)
 		}
-		out = append(out, Entry{ID: id, Score: score})
+		out.Entries = append(out.Entries, Entry{ID: id, Score: score})
 	}
 	return out, nil
+}
+
+// Release frees the concurrency slots held by ids (no-op for ids holding none).
+func (b *Buffer) Release(ctx context.Context, queue string, ids ...uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	members := make([]any, len(ids))
+	for i, id := range ids {
+		members[i] = id.String()
+	}
+	if err := b.rdb.ZRem(ctx, b.RunningKey(queue), members...).Err(); err != nil {
+		return fmt.Errorf("release slots of %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Reconcile makes queue's concurrency slots match executing, the ids PostgreSQL shows
+// executing: missing slots are added, slots older than grace whose task is not
+// executing are freed, and the set is marked synced. It returns how many slots it
+// added and freed.
+func (b *Buffer) Reconcile(ctx context.Context, queue string, executing []uuid.UUID, grace time.Duration) (added, freed int, err error) {
+	args := make([]any, 0, len(executing)+1)
+	args = append(args, grace.Milliseconds())
+	for _, id := range executing {
+		args = append(args, id.String())
+	}
+	res, err := lua.Reconcile.Run(ctx, b.rdb, []string{b.RunningKey(queue), b.queueKey(queue, "synced")}, args...).Int64Slice()
+	if err != nil || len(res) != 2 {
+		return 0, 0, fmt.Errorf("reconcile slots of %s: %v %w", queue, res, err)
+	}
+	return int(res[0]), int(res[1]), nil
+}
+
+// SlotGrace is how long a concurrency slot may exist before PostgreSQL shows its task
+// executing; older slots of tasks that are not executing are freed by SyncSlots.
+const SlotGrace = 5 * time.Second
+
+// ExecutingLister reports the tasks of a queue that PostgreSQL shows executing.
+type ExecutingLister interface {
+	ExecutingIDs(ctx context.Context, queue string) ([]uuid.UUID, error)
+}
+
+// SyncSlots rebuilds queue's concurrency slots from the tasks PostgreSQL shows
+// executing (see Reconcile). The dispatcher runs it periodically; a poll runs it when
+// Pop reports NeedSync because Redis lost the slots.
+func (b *Buffer) SyncSlots(ctx context.Context, db ExecutingLister, queue string) error {
+	ids, err := db.ExecutingIDs(ctx, queue)
+	if err != nil {
+		return err
+	}
+	_, _, err = b.Reconcile(ctx, queue, ids, SlotGrace)
+	return err
+}
+
+// Unsync forgets that queue's slots match PostgreSQL, so the next pop rebuilds them
+// (after its concurrency cap is switched on or changed).
+func (b *Buffer) Unsync(ctx context.Context, queue string) error {
+	if err := b.rdb.Del(ctx, b.queueKey(queue, "synced")).Err(); err != nil {
+		return fmt.Errorf("unsync slots of %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Wake tells every replica's pollers of queue that up to n tasks may be available.
+func (b *Buffer) Wake(ctx context.Context, queue string, n int) error {
+	if err := b.rdb.Publish(ctx, b.WakeChannel(), queue+":"+strconv.Itoa(max(n, 1))).Err(); err != nil {
+		return fmt.Errorf("wake pollers of %s: %w", queue, err)
+	}
+	return nil
 }
 
 // Sizes returns how many ids each queue's buffer holds.
@@ -171,7 +290,8 @@ func (b *Buffer) Remove(ctx context.Context, queue string, ids ...uuid.UUID) err
 
 // Drop deletes everything the buffer keeps for queue.
 func (b *Buffer) Drop(ctx context.Context, queue string) error {
-	if err := b.rdb.Del(ctx, b.Key(queue)).Err(); err != nil {
+	keys := []string{b.Key(queue), b.queueKey(queue, "bucket"), b.RunningKey(queue), b.queueKey(queue, "synced")}
+	if err := b.rdb.Del(ctx, keys...).Err(); err != nil {
 		return fmt.Errorf("drop buffer of %s: %w", queue, err)
 	}
 	return nil

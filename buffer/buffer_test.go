@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -44,17 +45,17 @@ func TestPopOrdersByPriorityThenEligibleTime(t *testing.T) {
 			{ID: uuid.New(), Priority: 1, ScheduledAt: base},
 			{ID: uuid.New(), Priority: 5, ScheduledAt: base.Add(time.Millisecond)},
 		}
-		if err := b.Add(ctx, "q", in); err != nil {
+		if err := b.Add(ctx, "q", in, buffer.LevelWeightMs(0)); err != nil {
 			t.Fatal(err)
 		}
 		want := []uuid.UUID{in[3].ID, in[1].ID, in[0].ID, in[4].ID, in[2].ID}
 		var got []uuid.UUID
 		for len(got) < len(want) {
-			entries, err := b.Pop(ctx, "q", 2)
-			if err != nil || len(entries) == 0 {
-				t.Fatalf("pop: %v %v", entries, err)
+			popped, err := b.Pop(ctx, "q", 2, ratelimit.Limits{})
+			if err != nil || len(popped.Entries) == 0 {
+				t.Fatalf("pop: %v %v", popped, err)
 			}
-			for _, e := range entries {
+			for _, e := range popped.Entries {
 				got = append(got, e.ID)
 			}
 		}
@@ -63,8 +64,8 @@ func TestPopOrdersByPriorityThenEligibleTime(t *testing.T) {
 				t.Fatalf("pop order %d: got %s want %s", i, got[i], want[i])
 			}
 		}
-		if entries, err := b.Pop(ctx, "q", 5); err != nil || len(entries) != 0 {
-			t.Fatalf("empty buffer popped %v %v", entries, err)
+		if popped, err := b.Pop(ctx, "q", 5, ratelimit.Limits{}); err != nil || len(popped.Entries) != 0 {
+			t.Fatalf("empty buffer popped %v %v", popped, err)
 		}
 	})
 }
@@ -73,10 +74,11 @@ func TestMissingAndPutback(t *testing.T) {
 	backends(t, func(t *testing.T, b *buffer.Buffer) {
 		ctx := context.Background()
 		tasks := []storage.Buffered{{ID: uuid.New(), Priority: 1, ScheduledAt: time.Now()}, {ID: uuid.New(), Priority: 2, ScheduledAt: time.Now()}}
-		if err := b.Add(ctx, "q", tasks); err != nil {
+		if err := b.Add(ctx, "q", tasks, buffer.LevelWeightMs(0)); err != nil {
 			t.Fatal(err)
 		}
-		popped, err := b.Pop(ctx, "q", 1)
+		res, err := b.Pop(ctx, "q", 1, ratelimit.Limits{})
+		popped := res.Entries
 		if err != nil || len(popped) != 1 || popped[0].ID != tasks[0].ID {
 			t.Fatalf("pop: %v %v", popped, err)
 		}
@@ -87,7 +89,8 @@ func TestMissingAndPutback(t *testing.T) {
 		if err := b.Putback(ctx, "q", popped); err != nil {
 			t.Fatal(err)
 		}
-		again, err := b.Pop(ctx, "q", 1)
+		res, err = b.Pop(ctx, "q", 1, ratelimit.Limits{})
+		again := res.Entries
 		if err != nil || len(again) != 1 || again[0].ID != tasks[0].ID {
 			t.Fatalf("put back entry not first: %v %v", again, err)
 		}
@@ -125,12 +128,12 @@ func BenchmarkPop(b *testing.B) {
 			for i := range batch {
 				batch[i] = storage.Buffered{ID: uuid.New(), Priority: 1 + i%10, ScheduledAt: time.Now()}
 			}
-			if err := buf.Add(ctx, "q", batch); err != nil {
+			if err := buf.Add(ctx, "q", batch, buffer.LevelWeightMs(0)); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
 		}
-		if _, err := buf.Pop(ctx, "q", 1); err != nil {
+		if _, err := buf.Pop(ctx, "q", 1, ratelimit.Limits{}); err != nil {
 			b.Fatal(err)
 		}
 		popped++

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -151,16 +152,20 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 }
 
-// DispatchOnce tops up every queue's buffer from its due tasks and returns how many
-// tasks it moved.
+// DispatchOnce tops up the buffer of every queue that is not paused from its due
+// tasks and returns how many tasks it moved.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	queues, err := d.store.ListQueues(ctx)
 	if err != nil {
 		return 0, err
 	}
-	names := make([]string, len(queues))
-	for i, q := range queues {
-		names[i] = q.Name
+	active := queues[:0]
+	names := make([]string, 0, len(queues))
+	for _, q := range queues {
+		if !q.Paused { // a paused queue's tasks stay in PostgreSQL
+			active = append(active, q)
+			names = append(names, q.Name)
+		}
 	}
 	sizes, err := d.buf.Sizes(ctx, names)
 	if err != nil {
@@ -168,16 +173,18 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	}
 	total := 0
 	var errs []error
-	for _, q := range names {
-		room := d.cfg.BufferTarget - int(sizes[q])
+	for _, q := range active {
+		weight := buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)
+		room := d.cfg.BufferTarget - int(sizes[q.Name])
 		for room > 0 {
-			moved, err := d.dispatchQueue(ctx, q, min(room, d.cfg.BatchSize))
+			batch := min(room, d.cfg.BatchSize)
+			moved, err := d.dispatchQueue(ctx, q.Name, batch, weight)
 			total += moved
 			if err != nil {
 				errs = append(errs, err)
 				break
 			}
-			if moved < min(room, d.cfg.BatchSize) {
+			if moved < batch {
 				break
 			}
 			room -= moved
@@ -186,21 +193,22 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	return total, errors.Join(errs...)
 }
 
-func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int) (int, error) {
-	tasks, err := d.store.DispatchDue(ctx, queue, limit)
+func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int, weight int64) (int, error) {
+	tasks, err := d.store.DispatchDue(ctx, queue, limit, weight)
 	if err != nil {
 		return 0, err
 	}
 	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
-	if err := d.buf.Add(ctx, queue, tasks); err != nil {
+	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {
 		return len(tasks), err
 	}
 	return len(tasks), nil
 }
 
-// RepairOnce re-adds claimed tasks whose buffer entries are missing, and returns how
-// many it re-added. A re-added id that a poller popped meanwhile is harmless: its
-// second claim finds it no longer claimable and drops it.
+// RepairOnce re-adds claimed tasks whose buffer entries are missing and rebuilds the
+// concurrency slots of capped queues from PostgreSQL. It returns how many entries it
+// re-added. A re-added id that a poller popped meanwhile is harmless: its second
+// claim finds it no longer claimable and drops it.
 func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
 	queues, err := d.store.ListQueues(ctx)
 	if err != nil {
@@ -208,6 +216,12 @@ func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
 	}
 	total := 0
 	for _, q := range queues {
+		limits := ratelimit.Of(q)
+		if limits.MaxConcurrency > 0 {
+			if err := d.buf.SyncSlots(ctx, d.store, q.Name); err != nil {
+				return total, err
+			}
+		}
 		claimed, err := d.store.ListClaimed(ctx, q.Name, d.cfg.RepairAfter, 4*d.cfg.BufferTarget)
 		if err != nil {
 			return total, err
@@ -216,7 +230,7 @@ func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		if err := d.buf.Add(ctx, q.Name, missing); err != nil {
+		if err := d.buf.Add(ctx, q.Name, missing, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
 			return total, err
 		}
 		total += len(missing)

@@ -16,6 +16,7 @@ import (
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -116,7 +117,7 @@ func TestRepairReaddsLostEntries(t *testing.T) {
 		t.Fatalf("dispatch: %d %v", n, err)
 	}
 	// Lose 5 entries as a crash between pop and claim would, and the rest as FLUSHALL would.
-	if _, err := b.buf.Pop(ctx, "q", 5); err != nil {
+	if _, err := b.buf.Pop(ctx, "q", 5, ratelimit.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // older than RepairAfter on the database clock

@@ -1,7 +1,7 @@
 // Package lua holds TaskForge's Redis scripts, one .lua file per atomic operation,
 // embedded in the binary. Each script's header lists its KEYS, ARGV and reply. The
-// scripts never read a host clock: time comes from Redis TIME or from ARGV. All keys
-// of one call share a {q:<name>} hash tag, so the scripts run on Redis Cluster.
+// scripts never read a host clock: time comes from Redis TIME. All keys of one call
+// share a {q:<name>} hash tag, so the scripts run on Redis Cluster.
 package lua
 
 import (
@@ -10,8 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed pop.lua
-var popSource string
+var (
+	//go:embed pop.lua
+	popSource string
+	//go:embed reconcile.lua
+	reconcileSource string
+)
 
-// Pop takes up to ARGV[1] ids from the buffer KEYS[1], best first, as id/score pairs.
+// Pop takes ids from a queue's buffer within its rate limit, concurrency cap and
+// pause state (see pop.lua).
 var Pop = redis.NewScript(popSource)
+
+// Reconcile rebuilds a queue's concurrency slots from the executing tasks PostgreSQL
+// reports (see reconcile.lua).
+var Reconcile = redis.NewScript(reconcileSource)

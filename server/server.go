@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskforge/taskforge/api"
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
@@ -139,11 +140,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 	}, log.With("component", "api"))
+	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval},
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
+	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
+		for _, r := range ended { // free the concurrency slots the lost attempts held
+			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID)
+		}
+	}
 	return s, nil
 }
 

@@ -47,7 +47,7 @@ func newTasks(n int) []storage.NewTask {
 func dispatchAll(tb testing.TB, s *storage.Store) []uuid.UUID {
 	var ids []uuid.UUID
 	for {
-		batch, err := s.DispatchDue(context.Background(), "q", 500)
+		batch, err := s.DispatchDue(context.Background(), "q", 500, 1e13)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func BenchmarkDispatch(b *testing.B) {
 	b.ResetTimer()
 	moved := 0
 	for b.Loop() {
-		got, err := s.DispatchDue(ctx, "q", batch)
+		got, err := s.DispatchDue(ctx, "q", batch, 1e13)
 		if err != nil {
 			b.Fatal(err)
 		}

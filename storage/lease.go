@@ -11,9 +11,10 @@ import (
 )
 
 // DispatchDue moves up to limit due pending or retry tasks of queue to claimed, best
-// first, and returns them for mirroring into the buffer.
-func (s *Store) DispatchDue(ctx context.Context, queue string, limit int) ([]Buffered, error) {
-	rows, err := s.pool.Query(ctx, dispatchDue, queue, limit)
+// first, and returns them for mirroring into the buffer. Each priority level below
+// the first weighs levelWeightMs of eligible time (see buffer.LevelWeightMs).
+func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelWeightMs int64) ([]Buffered, error) {
+	rows, err := s.pool.Query(ctx, dispatchDue, queue, limit, float64(levelWeightMs))
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
 	}
@@ -134,6 +135,19 @@ func (s *Store) ReclaimExpired(ctx context.Context, limit int) ([]Reclaimed, err
 		return nil, fmt.Errorf("reclaim expired leases: %w", err)
 	}
 	return out, nil
+}
+
+// ExecutingIDs returns the ids of queue's executing tasks.
+func (s *Store) ExecutingIDs(ctx context.Context, queue string) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, executingIDs, queue)
+	if err != nil {
+		return nil, fmt.Errorf("executing tasks of %s: %w", queue, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("executing tasks of %s: %w", queue, err)
+	}
+	return ids, nil
 }
 
 // NextLeaseExpiry returns how long until the earliest lease expires (zero or less when

@@ -4,11 +4,11 @@ package storage
 // milliseconds; "now" is always the database's now().
 
 const queueColumns = `name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, created_at, updated_at`
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, created_at, updated_at`
 
 const insertQueue = `INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + queueColumns
 
@@ -17,7 +17,8 @@ const getQueue = `SELECT ` + queueColumns + ` FROM queues WHERE name = $1`
 const listQueues = `SELECT ` + queueColumns + ` FROM queues ORDER BY name`
 
 const updateQueue = `UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,
-	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8, updated_at = now()
+	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8,
+	priority_aging_ms = $9, updated_at = now()
 WHERE name = $1
 RETURNING ` + queueColumns
 
@@ -106,13 +107,22 @@ FROM attempts
 WHERE queue = $1 AND finished_at IS NOT NULL AND finished_at > now() - $2 * interval '1 millisecond'`
 
 // dispatchDue moves up to $2 due tasks of a queue from pending/retry to claimed, in
-// buffer order. SKIP LOCKED lets several dispatchers work the same queue.
+// buffer order: by eligible time plus $3 ms per priority level (strict priority when
+// $3 is huge). It reads the head of each priority level through tasks_dispatch_idx
+// and merges them, so its cost does not grow with the backlog. SKIP LOCKED lets
+// several dispatchers work the same queue.
 const dispatchDue = `WITH due AS (
-	SELECT id FROM tasks
-	WHERE queue = $1 AND status IN ('pending', 'retry') AND scheduled_at <= now()
-	ORDER BY priority, scheduled_at
+	SELECT head.id FROM generate_series(1, 10) AS level(priority)
+	CROSS JOIN LATERAL (
+		SELECT id, scheduled_at FROM tasks
+		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+			AND scheduled_at <= now()
+		ORDER BY scheduled_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	) head
+	ORDER BY head.scheduled_at + (level.priority - 1) * $3::float8 * interval '1 millisecond'
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED
 )
 UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
@@ -238,6 +248,9 @@ const reclaimExpired = `WITH cur AS (
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
 )
 SELECT id, queue, attempts, claimed_by, status, outcome FROM ended`
+
+// executingIDs lists a queue's executing tasks, to rebuild its concurrency slots.
+const executingIDs = `SELECT id FROM tasks WHERE queue = $1 AND status = 'executing'`
 
 // nextLeaseExpiry is when the watchdog next has work: the earliest lease expiry.
 const nextLeaseExpiry = `SELECT extract(epoch FROM min(lease_expires_at) - now())::float8

@@ -10,7 +10,7 @@ import (
 // CreateQueue creates q. It returns ErrQueueExists when the name is taken.
 func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	rows, err := s.pool.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-		q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused)
+		q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
 	out, err := one[Queue](rows, err, ErrQueueExists)
 	if err != nil {
 		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
@@ -55,7 +55,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 			return err
 		}
 		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
 		out, err = one[Queue](rows, err, ErrQueueNotFound)
 		return err
 	})

@@ -59,16 +59,19 @@ func (e *IdempotencyConflictError) Is(target error) bool { return target == ErrI
 
 // Queue is a named stream of tasks with its retry and flow-control settings.
 type Queue struct {
-	Name           string    `json:"name" db:"name"`
-	MaxRetries     int       `json:"max_retries" db:"max_retries"`
-	RateLimit      *float64  `json:"rate_limit" db:"rate_limit"`
-	RateBurst      *int      `json:"rate_burst" db:"rate_burst"`
-	MaxConcurrency *int      `json:"max_concurrency" db:"max_concurrency"`
-	BackoffBaseMs  int64     `json:"backoff_base_ms" db:"backoff_base_ms"`
-	BackoffMaxMs   int64     `json:"backoff_max_ms" db:"backoff_max_ms"`
-	Paused         bool      `json:"paused" db:"paused"`
-	CreatedAt      time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at" db:"updated_at"`
+	Name           string   `json:"name" db:"name"`
+	MaxRetries     int      `json:"max_retries" db:"max_retries"`
+	RateLimit      *float64 `json:"rate_limit" db:"rate_limit"`
+	RateBurst      *int     `json:"rate_burst" db:"rate_burst"`
+	MaxConcurrency *int     `json:"max_concurrency" db:"max_concurrency"`
+	BackoffBaseMs  int64    `json:"backoff_base_ms" db:"backoff_base_ms"`
+	BackoffMaxMs   int64    `json:"backoff_max_ms" db:"backoff_max_ms"`
+	Paused         bool     `json:"paused" db:"paused"`
+	// PriorityAgingMs, when set, makes each priority level worth that much waiting
+	// time, so old low-priority tasks are eventually served before new high ones.
+	PriorityAgingMs *int64    `json:"priority_aging_ms" db:"priority_aging_ms"`
+	CreatedAt       time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at" db:"updated_at"`
 }
 
 // Task is one unit of work and its current state. Its JSON form is the API's task object.

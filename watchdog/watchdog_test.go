@@ -44,7 +44,7 @@ func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.St
 	if _, err := s.Enqueue(ctx, "q", tasks); err != nil {
 		t.Fatal(err)
 	}
-	due, err := s.DispatchDue(ctx, "q", n)
+	due, err := s.DispatchDue(ctx, "q", n, 1e13)
 	if err != nil {
 		t.Fatal(err)
 	}
