@@ -81,7 +81,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
 		limits: ratelimit.NewSettings(store, log),
-		seen: make(map[string]time.Time), draining: make(chan struct{})}
+		seen:   make(map[string]time.Time), draining: make(chan struct{})}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
