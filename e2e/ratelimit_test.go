@@ -1,0 +1,65 @@
+package e2e_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testserver"
+)
+
+// TestRateLimitHoldsAcrossThreeReplicas: rate 50/s, burst 10, 16 pollers spread over
+// 3 serve processes for 10 s. Dispatches in the window must lie within
+// [burst + 0.9·rate·t, burst + rate·t].
+func TestRateLimitHoldsAcrossThreeReplicas(t *testing.T) {
+	t.Parallel()
+	dbURL := testenv.NewDatabase(t)
+	env := []string{
+		"DATABASE_URL=" + dbURL,
+		"REDIS_URL=redis://" + testenv.RedisAddr(t),
+		"TASKFORGE_REDIS_PREFIX=" + testenv.RedisPrefix(t),
+		"TASKFORGE_DISPATCH_INTERVAL=100ms",
+		"TASKFORGE_LOG_LEVEL=warn",
+	}
+	replicas := []*replica{startReplica(t, env), startReplica(t, env), startReplica(t, env)}
+	urls := []string{replicas[0].URL, replicas[1].URL, replicas[2].URL}
+	const rate, burst, window = 50.0, 10, 10 * time.Second
+	if resp := testserver.Do(t, urls[0], "POST", "/queues", map[string]any{"name": "q", "rate_limit": rate, "rate_burst": burst}, nil); resp.Status != 201 {
+		t.Fatalf("create queue: %d %s", resp.Status, resp.Body)
+	}
+	enqueueMany(t, urls[1], "q", 1500)
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	testserver.Eventually(t, 30*time.Second, "buffer filled", func() bool {
+		var claimed int
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE status = 'claimed'`).Scan(&claimed)
+		return claimed >= 1000
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	l := newLedger()
+	wg := runWorkers(ctx, 16, urls, "q", l)
+	time.Sleep(window + 2*time.Second) // the measurement runs for a fixed wall-clock window
+	cancel()
+	wg.Wait()
+
+	var first time.Time
+	var inWindow int
+	if err := conn.QueryRow(context.Background(), `SELECT min(started_at) FROM attempts`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE started_at < $1`, first.Add(window)).Scan(&inWindow); err != nil {
+		t.Fatal(err)
+	}
+	low, high := burst+int(0.9*rate*window.Seconds()), burst+int(rate*window.Seconds())
+	t.Logf("dispatched in %s: %d (bounds [%d, %d])", window, inWindow, low, high)
+	if inWindow < low || inWindow > high {
+		t.Fatalf("dispatched %d tasks in %s, want within [%d, %d]", inWindow, window, low, high)
+	}
+}
