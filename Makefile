@@ -29,7 +29,7 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 bench: ## Go benchmarks of the hot paths (enqueue, dispatch, claim, ack, Lua pop)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./storage/... ./buffer/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./storage/... ./buffer/... ./ratelimit/... ./api/...
 
 clean:
 	rm -rf bin
