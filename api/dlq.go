@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // deadTask is a task as the dead-letter listing shows it.
@@ -56,6 +57,7 @@ func (s *Server) replayOne(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.replayed(tasks)
 	s.due(queue)
 	c.JSON(http.StatusCreated, tasks[0])
 }
@@ -85,6 +87,7 @@ func (s *Server) replayMany(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.replayed(tasks)
 	s.due(queue)
 	c.JSON(http.StatusOK, gin.H{"replayed": tasks})
 }
@@ -100,6 +103,14 @@ func (s *Server) discardDead(c *gin.Context) {
 		return
 	}
 	c.Status(http.StatusNoContent)
+}
+
+// replayed reports the tasks a replay created.
+func (s *Server) replayed(tasks []storage.Task) {
+	for _, t := range tasks {
+		s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: storage.StatusPending,
+			Reason: "replay of " + t.ReplayedFrom.String()})
+	}
 }
 
 // due tells this replica's dispatcher that queue has work due now.

@@ -23,6 +23,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // Config tunes the API. Zero fields take the defaults.
@@ -39,6 +40,8 @@ type Config struct {
 	// WakeFallback bounds how long a long-poll waits between buffer checks when no
 	// wake-up arrives (a lost pub/sub message). Defaults to 1s.
 	WakeFallback time.Duration
+	// Telemetry receives metrics and transition logs; nil disables them.
+	Telemetry *telemetry.Telemetry
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -85,7 +88,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(gin.CustomRecovery(logRecovered(log)))
+	e.Use(s.cfg.Telemetry.Middleware(), gin.CustomRecovery(logRecovered(log)))
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route"})
 	})
@@ -95,7 +98,11 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", gin.WrapH(promhttp.Handler()))
+	if s.cfg.Telemetry != nil {
+		e.GET("/metrics", gin.WrapH(s.cfg.Telemetry.Handler()))
+	} else {
+		e.GET("/metrics", gin.WrapH(promhttp.Handler()))
+	}
 
 	e.POST("/queues", s.createQueue)
 	e.GET("/queues", s.listQueues)

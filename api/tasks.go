@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // MaxBatch is the most tasks one batch enqueue may carry.
@@ -131,6 +132,7 @@ func (s *Server) enqueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.enqueued(out)
 	status := http.StatusCreated
 	if !out[0].Created {
 		status = http.StatusOK
@@ -166,11 +168,21 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.enqueued(out)
 	views := make([]storage.Task, len(out))
 	for i, e := range out {
 		views[i] = e.Task
 	}
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
+}
+
+// enqueued reports the tasks an enqueue created.
+func (s *Server) enqueued(out []storage.Enqueued) {
+	for _, e := range out {
+		if e.Created {
+			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
+		}
+	}
 }
 
 // taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.
@@ -322,12 +334,14 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.Status == storage.StatusExecuting {
-		c.JSON(http.StatusAccepted, t)
+		c.JSON(http.StatusAccepted, t.Task)
 		return
 	}
+	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
+		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"})
 	// The buffer may still hold the id; a claim would skip it anyway.
 	if err := s.buf.Remove(c, queue, id); err != nil {
 		s.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
 	}
-	c.JSON(http.StatusOK, t)
+	c.JSON(http.StatusOK, t.Task)
 }

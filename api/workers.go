@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 const (
@@ -201,6 +202,14 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 			continue
 		}
 		if len(popped.Entries) == 0 {
+			switch {
+			case popped.Paused:
+				s.cfg.Telemetry.LimitedPoll(queue, "paused")
+			case popped.AtCap:
+				s.cfg.Telemetry.LimitedPoll(queue, "concurrency")
+			case popped.RetryAfter > 0:
+				s.cfg.Telemetry.LimitedPoll(queue, "rate")
+			}
 			return out, popped.RetryAfter, nil
 		}
 		ids := make([]uuid.UUID, len(popped.Entries))
@@ -209,7 +218,9 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		}
 		// Once popped, the ids must be claimed or given back even if the worker hangs up.
 		bg := context.WithoutCancel(ctx)
+		start := time.Now()
 		claimed, err := s.store.ClaimTasks(bg, ids, workerID, s.cfg.LeaseTimeout)
+		s.cfg.Telemetry.ObserveClaim(time.Since(start))
 		if err != nil {
 			if perr := s.buf.Putback(bg, queue, popped.Entries); perr != nil {
 				s.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
@@ -221,6 +232,10 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 			// The rest were stale (cancelled, or taken by another replica): dropped, and
 			// the slots they took are freed.
 			s.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
+		}
+		for _, t := range claimed {
+			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
+				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt})
 		}
 		out = append(out, claimed...)
 		if popped.RetryAfter > 0 {
@@ -251,8 +266,14 @@ func (s *Server) releaseIfCapped(ctx context.Context, limits ratelimit.Limits, q
 	}
 }
 
-// finished frees the slot of a task that stopped executing through this API.
-func (s *Server) finished(ctx context.Context, t storage.Task) {
+// finished reports a task that stopped executing through this API and frees its slot.
+func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason string) {
+	var took time.Duration
+	if t.AttemptStartedAt != nil {
+		took = t.UpdatedAt.Sub(*t.AttemptStartedAt) // both on the database clock
+	}
+	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
+		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason})
 	limits, ok, err := s.limits.Get(ctx, t.Queue)
 	if err == nil && ok {
 		s.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
@@ -349,7 +370,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.finished(c, t)
+	s.finished(c, t, req.WorkerID, "")
 	c.JSON(http.StatusOK, t)
 }
 
@@ -388,7 +409,7 @@ func (s *Server) nack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.finished(c, t)
+	s.finished(c, t, req.WorkerID, "")
 	if t.Status == storage.StatusRetry && !t.ScheduledAt.After(t.UpdatedAt) && s.OnDue != nil {
 		s.OnDue(t.Queue) // retry without delay: dispatch it now, not on the next tick
 	}

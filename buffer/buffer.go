@@ -124,6 +124,7 @@ type Popped struct {
 	// NeedSync says the queue's concurrency slots must be rebuilt from PostgreSQL
 	// (Reconcile) before anything can be popped.
 	NeedSync bool
+	AtCap    bool // every concurrency slot is taken; nothing was popped
 }
 
 // Pop takes up to n entries from queue's buffer, best first, within limits: the
@@ -145,7 +146,7 @@ func (b *Buffer) Pop(ctx context.Context, queue string, n int, limits ratelimit.
 	status, _ := res[0].(int64)
 	retryMs, _ := res[1].(int64)
 	nowUs, _ := res[2].(int64)
-	out := Popped{Paused: status == 1, NeedSync: status == 2, RetryAfter: time.Duration(retryMs) * time.Millisecond,
+	out := Popped{Paused: status == 1, NeedSync: status == 2, AtCap: status == 3, RetryAfter: time.Duration(retryMs) * time.Millisecond,
 		RedisTimeUs: nowUs}
 	for i := 3; i+1 < len(res); i += 2 {
 		member, _ := res[i].(string)

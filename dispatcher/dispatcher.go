@@ -25,6 +25,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // Config tunes a Dispatcher. Zero fields take the defaults.
@@ -40,6 +41,8 @@ type Config struct {
 	// RepairAfter is how long a task must have been buffered before a missing entry
 	// counts as lost. Defaults to 2s.
 	RepairAfter time.Duration
+	// Telemetry receives dispatch transitions; nil disables them.
+	Telemetry *telemetry.Telemetry
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -197,6 +200,9 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 	tasks, err := d.store.DispatchDue(ctx, queue, limit, weight)
 	if err != nil {
 		return 0, err
+	}
+	for _, t := range tasks {
+		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusClaimed})
 	}
 	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
 	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {

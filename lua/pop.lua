@@ -15,7 +15,8 @@
 -- Returns {status, retry_after_ms, now_us, id1, score1, id2, score2, ...} where status is
 --   0 ok (possibly no ids: empty buffer, no tokens or no free slot),
 --   1 paused,
---   2 the running set must be rebuilt from PostgreSQL first (KEYS[4] is missing).
+--   2 the running set must be rebuilt from PostgreSQL first (KEYS[4] is missing),
+--   3 every concurrency slot is taken; nothing was popped.
 -- retry_after_ms > 0 says when the bucket will next hold a token, when tokens (not
 -- the buffer) were what ran out. now_us is the Redis time the script used.
 local want = tonumber(ARGV[1])
@@ -39,7 +40,7 @@ if cap > 0 then
   end
   allowed = math.min(allowed, cap - redis.call('ZCARD', KEYS[3]))
   if allowed <= 0 then
-    return {0, 0, now_us}
+    return {3, 0, now_us}
   end
 end
 

@@ -20,10 +20,10 @@ import (
 
 	"github.com/taskforge/taskforge/api"
 	"github.com/taskforge/taskforge/buffer"
-	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 	"github.com/taskforge/taskforge/watchdog"
 )
 
@@ -97,6 +97,7 @@ type Server struct {
 	Watchdog   *watchdog.Watchdog
 	Store      *storage.Store
 	Buffer     *buffer.Buffer
+	Telemetry  *telemetry.Telemetry
 }
 
 // New connects to PostgreSQL and Redis, applies migrations (unless NoMigrate) and
@@ -136,19 +137,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 	s.Store = storage.New(pool)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
+	s.Telemetry = telemetry.New(log.With("component", "transitions"))
+	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
 	s.API = api.New(s.Store, s.Buffer, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
+		Telemetry: s.Telemetry,
 	}, log.With("component", "api"))
-	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
-	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval},
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry},
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
-		for _, r := range ended { // free the concurrency slots the lost attempts held
-			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID)
+		for _, r := range ended {
+			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
+			s.Telemetry.Reclaimed(r.Queue, r.Outcome)
+			s.Telemetry.Transition(telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
+				From: storage.StatusExecuting, To: r.Status, Attempt: r.Attempt, Duration: r.EndedAt.Sub(r.StartedAt),
+				Reason: r.Outcome})
 		}
 	}
 	return s, nil

@@ -38,13 +38,14 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	created_at, updated_at, finished_at`
+	attempt_started_at, created_at, updated_at, finished_at`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
-	t.replayed_from, t.replay_count, t.replayed_at, t.created_at, t.updated_at, t.finished_at`
+	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.created_at, t.updated_at,
+	t.finished_at`
 
 // insertTasks inserts a batch in input order. A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
@@ -84,13 +85,19 @@ ORDER BY created_at DESC, id DESC
 LIMIT $8`
 
 // cancelTask ends a waiting task at once, or flags an executing one for its worker.
-const cancelTask = `UPDATE tasks SET
-	status = CASE WHEN status = 'executing' THEN status ELSE 'cancelled' END,
-	cancel_requested = (status = 'executing'),
-	finished_at = CASE WHEN status = 'executing' THEN finished_at ELSE now() END,
+// It returns the task and the status it had.
+const cancelTask = `WITH prev AS (
+	SELECT id, status FROM tasks
+	WHERE queue = $1 AND id = $2 AND status IN ('pending', 'claimed', 'retry', 'executing')
+	FOR UPDATE
+)
+UPDATE tasks t SET
+	status = CASE WHEN prev.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+	cancel_requested = (prev.status = 'executing'),
+	finished_at = CASE WHEN prev.status = 'executing' THEN t.finished_at ELSE now() END,
 	updated_at = now()
-WHERE queue = $1 AND id = $2 AND status IN ('pending', 'claimed', 'retry', 'executing')
-RETURNING ` + taskColumns
+FROM prev WHERE t.id = prev.id
+RETURNING ` + taskColumnsOf + `, prev.status AS from_status`
 
 const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
 
@@ -112,9 +119,9 @@ WHERE queue = $1 AND finished_at IS NOT NULL AND finished_at > now() - $2 * inte
 // and merges them, so its cost does not grow with the backlog. SKIP LOCKED lets
 // several dispatchers work the same queue.
 const dispatchDue = `WITH due AS (
-	SELECT head.id FROM generate_series(1, 10) AS level(priority)
+	SELECT head.id, head.status FROM generate_series(1, 10) AS level(priority)
 	CROSS JOIN LATERAL (
-		SELECT id, scheduled_at FROM tasks
+		SELECT id, status, scheduled_at FROM tasks
 		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
 			AND scheduled_at <= now()
 		ORDER BY scheduled_at
@@ -126,11 +133,11 @@ const dispatchDue = `WITH due AS (
 )
 UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
-RETURNING t.id, t.priority, t.scheduled_at`
+RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status`
 
 // listClaimed returns tasks mirrored into the buffer at least $2 ms ago, so the
 // dispatcher can re-add entries that Redis lost.
-const listClaimed = `SELECT id, priority, scheduled_at FROM tasks
+const listClaimed = `SELECT id, priority, scheduled_at, status AS from_status FROM tasks
 WHERE queue = $1 AND status = 'claimed' AND dispatched_at <= now() - $2 * interval '1 millisecond'
 ORDER BY dispatched_at
 LIMIT $3`
@@ -145,6 +152,7 @@ const claimTasks = `WITH claimed AS (
 		claimed_by = $2,
 		lease_token = gen_random_uuid(),
 		heartbeat_at = now(),
+		attempt_started_at = now(),
 		lease_expires_at = least(now() + $3 * interval '1 millisecond',
 			now() + t.timeout_seconds * interval '1 second'),
 		deadline_at = now() + t.timeout_seconds * interval '1 second',
@@ -242,12 +250,27 @@ const reclaimExpired = `WITH cur AS (
 		scheduled_at = CASE WHEN cur.next_status = 'retry' THEN cur.retry_at ELSE t.scheduled_at END,
 		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
 	FROM cur WHERE t.id = cur.id
-	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome
+	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
+		t.attempt_started_at, t.updated_at
 ), recorded AS (
 	UPDATE attempts a SET status = ended.outcome, finished_at = now(), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
 )
-SELECT id, queue, attempts, claimed_by, status, outcome FROM ended`
+SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at FROM ended`
+
+// depthByQueue counts every queue's tasks by status (zero rows included), with the
+// age of its oldest due task not yet running, for the metrics collector.
+const depthByQueue = `SELECT q.name, s.status, count(t.id),
+	coalesce((SELECT extract(epoch FROM now() - min(p.scheduled_at))::float8 FROM tasks p
+		WHERE p.queue = q.name AND p.status IN ('pending', 'claimed', 'retry') AND p.scheduled_at <= now()), 0)
+FROM queues q
+CROSS JOIN unnest($1::text[]) AS s(status)
+LEFT JOIN tasks t ON t.queue = q.name AND t.status = s.status
+GROUP BY q.name, s.status`
+
+// workerHeartbeatAges: seconds since each worker seen within $1 ms last heartbeated.
+const workerHeartbeatAges = `SELECT id, extract(epoch FROM now() - last_heartbeat_at)::float8 FROM workers
+WHERE last_heartbeat_at > now() - $1 * interval '1 millisecond'`
 
 // executingIDs lists a queue's executing tasks, to rebuild its concurrency slots.
 const executingIDs = `SELECT id FROM tasks WHERE queue = $1 AND status = 'executing'`

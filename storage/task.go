@@ -184,11 +184,17 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, e
 	return tasks, next, nil
 }
 
+// Cancelled is the outcome of CancelTask.
+type Cancelled struct {
+	Task
+	FromStatus string `json:"-" db:"from_status"` // the status it had
+}
+
 // CancelTask cancels a waiting task at once, or asks the worker running it to stop
 // (CancelRequested). It returns ErrTaskNotCancellable for a finished task.
-func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Task, error) {
+func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Cancelled, error) {
 	rows, err := s.pool.Query(ctx, cancelTask, queue, id)
-	t, err := one[Task](rows, err, nil)
+	t, err := one[Cancelled](rows, err, nil)
 	if err == nil && t.ID == uuid.Nil {
 		var status string
 		err = s.pool.QueryRow(ctx, taskStatus, queue, id).Scan(&status)
@@ -200,7 +206,7 @@ func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Tas
 		}
 	}
 	if err != nil {
-		return Task{}, fmt.Errorf("cancel task %s: %w", id, err)
+		return Cancelled{}, fmt.Errorf("cancel task %s: %w", id, err)
 	}
 	return t, nil
 }

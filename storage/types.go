@@ -97,9 +97,11 @@ type Task struct {
 	ReplayedFrom    *uuid.UUID      `json:"replayed_from" db:"replayed_from"`
 	ReplayCount     int             `json:"replay_count" db:"replay_count"`
 	ReplayedAt      *time.Time      `json:"replayed_at" db:"replayed_at"`
-	CreatedAt       time.Time       `json:"created_at" db:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at" db:"updated_at"`
-	FinishedAt      *time.Time      `json:"finished_at" db:"finished_at"`
+	// AttemptStartedAt is when the current (or last) attempt started.
+	AttemptStartedAt *time.Time `json:"-" db:"attempt_started_at"`
+	CreatedAt        time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at" db:"updated_at"`
+	FinishedAt       *time.Time `json:"finished_at" db:"finished_at"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -152,6 +154,7 @@ type Buffered struct {
 	ID          uuid.UUID `db:"id"`
 	Priority    int       `db:"priority"`
 	ScheduledAt time.Time `db:"scheduled_at"`
+	FromStatus  string    `db:"from_status"` // the status it left (pending or retry)
 }
 
 // Nack describes a worker's report that an attempt failed.
@@ -178,6 +181,9 @@ type Reclaimed struct {
 	WorkerID string    `db:"claimed_by"`
 	Status   string    `db:"status"`  // the task's new status: retry, dead or cancelled
 	Outcome  string    `db:"outcome"` // the attempt's outcome: abandoned, timed_out or cancelled
+	// StartedAt and EndedAt bound the attempt, on the database clock.
+	StartedAt time.Time `db:"attempt_started_at"`
+	EndedAt   time.Time `db:"updated_at"`
 }
 
 // Worker is a worker process as last seen.

@@ -38,6 +38,8 @@ type Options struct {
 	RedisAddr   string // a dedicated Redis; empty = the shared test Redis
 	RedisPrefix string // share a prefix with another replica; empty = a fresh one
 	Configure   func(*server.Config)
+	// Log receives the replica's JSON logs at info level; nil discards them.
+	Log io.Writer
 }
 
 // Start runs a replica until the test ends.
@@ -69,7 +71,9 @@ func Start(t testing.TB, opts Options) *Instance {
 		opts.Configure(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("TASKFORGE_TEST_LOG") != "" {
+	if opts.Log != nil {
+		log = slog.New(slog.NewJSONHandler(opts.Log, nil))
+	} else if os.Getenv("TASKFORGE_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())

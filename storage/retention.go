@@ -1,0 +1,100 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention: deleting finished history in small batches (used by package janitor).
+// Each batch is its own short transaction whose statement and lock waits are
+// bounded by a server-side timeout, and SKIP LOCKED passes over rows another
+// transaction holds, so a batch never waits on live traffic and live traffic waits
+// on a batch for at most that batch's duration.
+
+// QueueNames returns the name of every queue, in order.
+func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, retentionQueues)
+	if err != nil {
+		return nil, fmt.Errorf("list queue names: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list queue names: %w", err)
+	}
+	return names, nil
+}
+
+// DeleteExpiredTasks deletes up to limit done or cancelled tasks of queue whose
+// finished_at is more than olderThan ago on the database clock, together with their
+// attempts, and returns how many tasks it deleted. Dead tasks are never deleted here
+// (only a discard removes them). The transaction is bounded by timeout.
+func (s *Store) DeleteExpiredTasks(ctx context.Context, queue string, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
+	n, err := s.shortDelete(ctx, timeout, deleteExpiredTasks, queue, ms(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired tasks of %s: %w", queue, err)
+	}
+	return n, nil
+}
+
+// DeleteSilentWorkers deletes up to limit workers whose last heartbeat or poll is
+// more than olderThan ago on the database clock, and returns how many it deleted. A
+// worker that comes back is recorded afresh by its next poll or heartbeat. The
+// transaction is bounded by timeout.
+func (s *Store) DeleteSilentWorkers(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
+	n, err := s.shortDelete(ctx, timeout, deleteSilentWorkers, ms(olderThan), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete silent workers: %w", err)
+	}
+	return n, nil
+}
+
+// shortDelete runs one DELETE in its own transaction whose statement_timeout and
+// lock_timeout are both timeout, and returns the rows it deleted.
+func (s *Store) shortDelete(ctx context.Context, timeout time.Duration, sql string, args ...any) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setRetentionTimeouts, strconv.FormatInt(max(ms(timeout), 1), 10)); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Retention
+
+// setRetentionTimeouts bounds the rest of a retention transaction: $1 is in ms.
+const setRetentionTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
+
+// retentionQueues lists the queues whose finished tasks the janitor sweeps.
+const retentionQueues = `SELECT name FROM queues ORDER BY name`
+
+// deleteExpiredTasks deletes up to $3 done or cancelled tasks of queue $1 that
+// finished more than $2 ms ago; their attempts go by ON DELETE CASCADE. A task is
+// created before it finishes, so the created_at bound (redundant otherwise) lets
+// tasks_status_list_idx find the candidates without scanning the table. SKIP LOCKED
+// leaves rows that another transaction holds to a later batch.
+const deleteExpiredTasks = `WITH doomed AS (
+	SELECT id FROM tasks
+	WHERE queue = $1 AND status IN ('done', 'cancelled')
+		AND created_at < now() - $2 * interval '1 millisecond'
+		AND finished_at < now() - $2 * interval '1 millisecond'
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`
+
+// deleteSilentWorkers deletes up to $2 workers not heard from for more than $1 ms.
+const deleteSilentWorkers = `WITH doomed AS (
+	SELECT id FROM workers
+	WHERE last_heartbeat_at < now() - $1 * interval '1 millisecond'
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM workers w USING doomed WHERE w.id = doomed.id`

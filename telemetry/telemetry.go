@@ -1,0 +1,166 @@
+// Package telemetry is how TaskForge reports what it does: Prometheus metrics, one
+// structured log line per task state transition, and request metrics and logs.
+//
+// Components report events (a transition, a reclaim, a limited poll) and never
+// compute metrics themselves. A nil *Telemetry accepts every call and does nothing,
+// so components work without it. Gauges that need PostgreSQL or Redis are computed by
+// StateCollector at scrape time from a short cache, never on the request path.
+//
+// With several replicas, counters and histograms are per process (sum them); gauges
+// read the shared PostgreSQL and Redis, so every replica reports the same value
+// (aggregate them with max, not sum).
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Telemetry holds one replica's metrics and its transition logger.
+type Telemetry struct {
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	enqueued        *prometheus.CounterVec
+	completed       *prometheus.CounterVec
+	retries         *prometheus.CounterVec
+	dispatched      *prometheus.CounterVec
+	reclaims        *prometheus.CounterVec
+	limitedPolls    *prometheus.CounterVec
+	execDuration    *prometheus.HistogramVec
+	dispatchLatency *prometheus.HistogramVec
+	claimDuration   prometheus.Histogram
+	httpRequests    *prometheus.CounterVec
+	httpDuration    *prometheus.HistogramVec
+}
+
+// latencyBuckets span 1 ms to ~65 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+
+// New returns a Telemetry with its own registry (Go and process collectors included),
+// logging transitions to log.
+func New(log *slog.Logger) *Telemetry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	t := &Telemetry{log: log, reg: reg}
+	t.enqueued = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_tasks_enqueued_total",
+		Help: "Tasks created, by enqueue or replay."}, []string{"queue"})
+	t.completed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_tasks_completed_total",
+		Help: "Tasks that reached a terminal status (done, dead, cancelled)."}, []string{"queue", "status"})
+	t.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_task_retries_total",
+		Help: "Failed attempts followed by a retry."}, []string{"queue"})
+	t.dispatched = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_tasks_dispatched_total",
+		Help: "Tasks mirrored into the Redis buffer."}, []string{"queue"})
+	t.reclaims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_watchdog_reclaims_total",
+		Help: "Attempts the watchdog ended, by reason (abandoned, timed_out, cancelled)."}, []string{"queue", "reason"})
+	t.limitedPolls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_limited_polls_total",
+		Help: "Polls of a queue that flow control held back, by reason (rate, concurrency, paused)."}, []string{"queue", "reason"})
+	t.execDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_task_execution_duration_seconds",
+		Help: "Duration of finished attempts, from claim to ack, nack or reclaim.", Buckets: latencyBuckets}, []string{"queue"})
+	t.dispatchLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_dispatch_latency_seconds",
+		Help: "Time from a task becoming eligible to a worker claiming it.", Buckets: latencyBuckets}, []string{"queue"})
+	t.claimDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskforge_claim_duration_seconds",
+		Help: "Duration of one claim statement in PostgreSQL.", Buckets: latencyBuckets})
+	t.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_http_requests_total",
+		Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "code"})
+	t.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_http_request_duration_seconds",
+		Help: "HTTP request duration by route (poll includes its long-poll wait).", Buckets: latencyBuckets}, []string{"route", "method"})
+	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.dispatched, t.reclaims,
+		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.httpRequests, t.httpDuration} {
+		f(c)
+	}
+	return t
+}
+
+// Registry returns the registry, to add collectors to.
+func (t *Telemetry) Registry() *prometheus.Registry { return t.reg }
+
+// Handler serves the metrics in the Prometheus text format.
+func (t *Telemetry) Handler() http.Handler {
+	return promhttp.HandlerFor(t.reg, promhttp.HandlerOpts{Registry: t.reg})
+}
+
+// Transition is one change of a task's status.
+type Transition struct {
+	TaskID   uuid.UUID
+	Queue    string
+	WorkerID string // the worker involved, if any
+	From     string // "" for a new task
+	To       string
+	Attempt  int
+	// Duration is the attempt's duration when the transition ends one, else zero.
+	Duration time.Duration
+	// Eligible is when the task became eligible, for transitions to executing.
+	Eligible time.Time
+	Reason   string // why, when it is not the worker's word (e.g. abandoned, timed_out)
+}
+
+// Transition logs one transition and counts it.
+func (t *Telemetry) Transition(tr Transition) {
+	if t == nil {
+		return
+	}
+	switch tr.To {
+	case "pending":
+		if tr.From == "" {
+			t.enqueued.WithLabelValues(tr.Queue).Inc()
+		}
+	case "claimed":
+		t.dispatched.WithLabelValues(tr.Queue).Inc()
+	case "executing":
+		if !tr.Eligible.IsZero() {
+			t.dispatchLatency.WithLabelValues(tr.Queue).Observe(max(0, time.Since(tr.Eligible).Seconds()))
+		}
+	case "retry":
+		t.retries.WithLabelValues(tr.Queue).Inc()
+	case "done", "dead", "cancelled":
+		t.completed.WithLabelValues(tr.Queue, tr.To).Inc()
+	}
+	if tr.From == "executing" && tr.Duration > 0 {
+		t.execDuration.WithLabelValues(tr.Queue).Observe(tr.Duration.Seconds())
+	}
+	if ctx := context.Background(); t.log.Enabled(ctx, slog.LevelInfo) {
+		attrs := []slog.Attr{
+			slog.String("task_id", tr.TaskID.String()), slog.String("queue", tr.Queue),
+			slog.String("worker_id", tr.WorkerID), slog.String("from_status", tr.From),
+			slog.String("to_status", tr.To), slog.Int("attempt", tr.Attempt),
+			slog.Int64("duration_ms", tr.Duration.Milliseconds()),
+		}
+		if tr.Reason != "" {
+			attrs = append(attrs, slog.String("reason", tr.Reason))
+		}
+		t.log.LogAttrs(ctx, slog.LevelInfo, "task transition", attrs...)
+	}
+}
+
+// Reclaimed counts a watchdog reclaim by its reason.
+func (t *Telemetry) Reclaimed(queue, reason string) {
+	if t == nil {
+		return
+	}
+	t.reclaims.WithLabelValues(queue, reason).Inc()
+}
+
+// LimitedPoll counts a poll of queue that flow control held back.
+func (t *Telemetry) LimitedPoll(queue, reason string) {
+	if t == nil {
+		return
+	}
+	t.limitedPolls.WithLabelValues(queue, reason).Inc()
+}
+
+// ObserveClaim records how long one claim statement took.
+func (t *Telemetry) ObserveClaim(d time.Duration) {
+	if t == nil {
+		return
+	}
+	t.claimDuration.Observe(d.Seconds())
+}
