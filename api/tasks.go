@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -127,12 +128,11 @@ func (s *Server) enqueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out, err := s.store.Enqueue(c, queue, []storage.NewTask{t})
+	out, err := s.insert(c, queue, []storage.NewTask{t})
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.enqueued(out)
 	status := http.StatusCreated
 	if !out[0].Created {
 		status = http.StatusOK
@@ -163,12 +163,11 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		}
 		tasks[i] = t
 	}
-	out, err := s.store.Enqueue(c, queue, tasks)
+	out, err := s.insert(c, queue, tasks)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.enqueued(out)
 	views := make([]storage.Task, len(out))
 	for i, e := range out {
 		views[i] = e.Task
@@ -176,13 +175,25 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
 }
 
-// enqueued reports the tasks an enqueue created.
-func (s *Server) enqueued(out []storage.Enqueued) {
+// insert stores tasks under an enqueue span that joins the producer's trace (the
+// request's traceparent header), records that span's traceparent with each task, and
+// reports the tasks it created.
+func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
+	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
+	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.enqueue",
+		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
+	defer span.End()
+	out, err := s.store.Enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
+	if err != nil {
+		span.RecordError(err)
+		return nil, err
+	}
 	for _, e := range out {
 		if e.Created {
 			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
 		}
 	}
+	return out, nil
 }
 
 // taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.

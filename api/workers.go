@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
@@ -42,6 +43,8 @@ type polledTask struct {
 	LeaseExpiresAt      time.Time       `json:"lease_expires_at"`
 	HeartbeatIntervalMs int64           `json:"heartbeat_interval_ms"`
 	TimeoutSeconds      *int            `json:"timeout_seconds"`
+	// Traceparent is the enqueue's W3C trace context: the worker's span continues it.
+	Traceparent *string `json:"traceparent"`
 }
 
 func validWorkerID(id string) error {
@@ -95,7 +98,8 @@ func (s *Server) poll(c *gin.Context) {
 	for i, t := range res.tasks {
 		out[i] = polledTask{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 			Attempt: t.Attempts, LeaseToken: *t.LeaseToken, LeaseExpiresAt: *t.LeaseExpiresAt,
-			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds}
+			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds,
+			Traceparent: t.Traceparent}
 	}
 	if len(out) == 0 && res.retryAfter > 0 {
 		c.JSON(http.StatusOK, gin.H{"tasks": out, "retry_after_ms": res.retryAfter.Milliseconds()})
@@ -236,6 +240,7 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		for _, t := range claimed {
 			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
 				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt})
+			s.cfg.Telemetry.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
 		}
 		out = append(out, claimed...)
 		if popped.RetryAfter > 0 {
@@ -243,6 +248,11 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		}
 	}
 	return out, 0, nil
+}
+
+func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
+		attribute.String("taskforge.worker_id", workerID), attribute.Int("taskforge.attempt", t.Attempts)}
 }
 
 func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
@@ -274,6 +284,11 @@ func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason 
 	}
 	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
 		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason})
+	span := "taskforge.nack"
+	if t.Status == storage.StatusDone {
+		span = "taskforge.ack"
+	}
+	s.cfg.Telemetry.TaskSpan(span, t.Traceparent, append(taskAttrs(t, workerID), attribute.String("taskforge.status", t.Status))...)
 	limits, ok, err := s.limits.Get(ctx, t.Queue)
 	if err == nil && ok {
 		s.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/ratelimit"
@@ -203,6 +204,8 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 	}
 	for _, t := range tasks {
 		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusClaimed})
+		d.cfg.Telemetry.TaskSpan("taskforge.dispatch", t.Traceparent,
+			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
 	}
 	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
 	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {

@@ -54,7 +54,7 @@ func enqueue(t *testing.T, s *storage.Store, n int, at *time.Time) {
 	for i := range tasks {
 		tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`1`), Priority: 1 + i%10, ScheduledAt: at}
 	}
-	if _, err := s.Enqueue(context.Background(), "q", tasks); err != nil {
+	if _, err := s.Enqueue(context.Background(), "q", tasks, nil); err != nil {
 		t.Fatal(err)
 	}
 }

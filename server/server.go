@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskforge/taskforge/api"
 	"github.com/taskforge/taskforge/buffer"
@@ -49,6 +50,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// DBMaxConns sizes the PostgreSQL pool. Defaults to pgx's default (max(4, CPUs)).
 	DBMaxConns int32
+	// TracerProvider receives spans; nil means none (see telemetry.TracerFromEnv).
+	TracerProvider trace.TracerProvider
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -137,7 +140,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 	s.Store = storage.New(pool)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
-	s.Telemetry = telemetry.New(log.With("component", "transitions"))
+	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
 	s.API = api.New(s.Store, s.Buffer, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,

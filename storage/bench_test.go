@@ -67,7 +67,7 @@ func BenchmarkEnqueue(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := s.Enqueue(ctx, "q", newTasks(size)); err != nil {
+				if _, err := s.Enqueue(ctx, "q", newTasks(size), nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -81,7 +81,7 @@ func BenchmarkDispatch(b *testing.B) {
 	ctx := context.Background()
 	const batch = 100
 	for done := 0; done < 20000; done += 1000 {
-		if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+		if _, err := s.Enqueue(ctx, "q", newTasks(1000), nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func BenchmarkDispatch(b *testing.B) {
 		}
 		if len(got) == 0 {
 			b.StopTimer()
-			if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+			if _, err := s.Enqueue(ctx, "q", newTasks(1000), nil); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
@@ -115,7 +115,7 @@ func BenchmarkClaimAck(b *testing.B) {
 			for b.Loop() {
 				if len(ids) < size {
 					b.StopTimer()
-					if _, err := s.Enqueue(ctx, "q", newTasks(1000)); err != nil {
+					if _, err := s.Enqueue(ctx, "q", newTasks(1000), nil); err != nil {
 						b.Fatal(err)
 					}
 					ids = append(ids, dispatchAll(b, s)...)

@@ -38,22 +38,22 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, created_at, updated_at, finished_at`
+	attempt_started_at, traceparent, created_at, updated_at, finished_at`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
-	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.created_at, t.updated_at,
-	t.finished_at`
+	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.created_at,
+	t.updated_at, t.finished_at`
 
 // insertTasks inserts a batch in input order. A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
 // inserter of the same key, so concurrent identical requests create one task).
 const insertTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-	max_retries, timeout_seconds, idempotency_key, fingerprint)
+	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent)
 SELECT i.id, $1, i.payload::jsonb, i.priority, 'pending', coalesce(i.scheduled_at, now()),
-	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint
+	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11
 FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
 	$9::text[], $10::bytea[])
 	WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
@@ -133,11 +133,11 @@ const dispatchDue = `WITH due AS (
 )
 UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
-RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status`
+RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent`
 
 // listClaimed returns tasks mirrored into the buffer at least $2 ms ago, so the
 // dispatcher can re-add entries that Redis lost.
-const listClaimed = `SELECT id, priority, scheduled_at, status AS from_status FROM tasks
+const listClaimed = `SELECT id, priority, scheduled_at, status AS from_status, traceparent FROM tasks
 WHERE queue = $1 AND status = 'claimed' AND dispatched_at <= now() - $2 * interval '1 millisecond'
 ORDER BY dispatched_at
 LIMIT $3`
@@ -318,3 +318,35 @@ RETURNING ` + taskColumns
 const discardDead = `DELETE FROM tasks WHERE queue = $1 AND id = $2 AND status = 'dead'`
 
 const queueExists = `SELECT EXISTS (SELECT 1 FROM queues WHERE name = $1)`
+
+// Retention
+
+// setRetentionTimeouts bounds the rest of a retention transaction: $1 is in ms.
+const setRetentionTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
+
+// retentionQueues lists the queues whose finished tasks the janitor sweeps.
+const retentionQueues = `SELECT name FROM queues ORDER BY name`
+
+// deleteExpiredTasks deletes up to $3 done or cancelled tasks of queue $1 that
+// finished more than $2 ms ago; their attempts go by ON DELETE CASCADE. A task is
+// created before it finishes, so the created_at bound (redundant otherwise) lets
+// tasks_status_list_idx find the candidates without scanning the table. SKIP LOCKED
+// leaves rows that another transaction holds to a later batch.
+const deleteExpiredTasks = `WITH doomed AS (
+	SELECT id FROM tasks
+	WHERE queue = $1 AND status IN ('done', 'cancelled')
+		AND created_at < now() - $2 * interval '1 millisecond'
+		AND finished_at < now() - $2 * interval '1 millisecond'
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`
+
+// deleteSilentWorkers deletes up to $2 workers not heard from for more than $1 ms.
+const deleteSilentWorkers = `WITH doomed AS (
+	SELECT id FROM workers
+	WHERE last_heartbeat_at < now() - $1 * interval '1 millisecond'
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM workers w USING doomed WHERE w.id = doomed.id`

@@ -66,35 +66,3 @@ func (s *Store) shortDelete(ctx context.Context, timeout time.Duration, sql stri
 	})
 	return n, err
 }
-
-// Retention
-
-// setRetentionTimeouts bounds the rest of a retention transaction: $1 is in ms.
-const setRetentionTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
-
-// retentionQueues lists the queues whose finished tasks the janitor sweeps.
-const retentionQueues = `SELECT name FROM queues ORDER BY name`
-
-// deleteExpiredTasks deletes up to $3 done or cancelled tasks of queue $1 that
-// finished more than $2 ms ago; their attempts go by ON DELETE CASCADE. A task is
-// created before it finishes, so the created_at bound (redundant otherwise) lets
-// tasks_status_list_idx find the candidates without scanning the table. SKIP LOCKED
-// leaves rows that another transaction holds to a later batch.
-const deleteExpiredTasks = `WITH doomed AS (
-	SELECT id FROM tasks
-	WHERE queue = $1 AND status IN ('done', 'cancelled')
-		AND created_at < now() - $2 * interval '1 millisecond'
-		AND finished_at < now() - $2 * interval '1 millisecond'
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`
-
-// deleteSilentWorkers deletes up to $2 workers not heard from for more than $1 ms.
-const deleteSilentWorkers = `WITH doomed AS (
-	SELECT id FROM workers
-	WHERE last_heartbeat_at < now() - $1 * interval '1 millisecond'
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-)
-DELETE FROM workers w USING doomed WHERE w.id = doomed.id`

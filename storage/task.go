@@ -12,10 +12,10 @@ import (
 )
 
 // Enqueue inserts tasks into queue, all or nothing, and wakes dispatchers when any
-// is due now. A task whose idempotency key the queue already holds is not inserted:
+// is due now. Every task records traceparent (the enqueue's trace context), if any. A task whose idempotency key the queue already holds is not inserted:
 // when the stored fingerprint matches, the stored task is returned with Created
 // false; otherwise the whole batch fails with an *IdempotencyConflictError.
-func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask) ([]Enqueued, error) {
+func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
 	n := len(tasks)
 	ids := make([]uuid.UUID, n)
 	payloads := make([]string, n)
@@ -46,7 +46,7 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask) ([]E
 			return err
 		}
 		rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
-			schedules, retries, timeouts, keys, fingerprints)
+			schedules, retries, timeouts, keys, fingerprints, traceparent)
 		if err != nil {
 			return err
 		}

@@ -99,9 +99,11 @@ type Task struct {
 	ReplayedAt      *time.Time      `json:"replayed_at" db:"replayed_at"`
 	// AttemptStartedAt is when the current (or last) attempt started.
 	AttemptStartedAt *time.Time `json:"-" db:"attempt_started_at"`
-	CreatedAt        time.Time  `json:"created_at" db:"created_at"`
-	UpdatedAt        time.Time  `json:"updated_at" db:"updated_at"`
-	FinishedAt       *time.Time `json:"finished_at" db:"finished_at"`
+	// Traceparent is the W3C trace context of the enqueue, if the producer sent one.
+	Traceparent *string    `json:"-" db:"traceparent"`
+	CreatedAt   time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at" db:"updated_at"`
+	FinishedAt  *time.Time `json:"finished_at" db:"finished_at"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -155,6 +157,7 @@ type Buffered struct {
 	Priority    int       `db:"priority"`
 	ScheduledAt time.Time `db:"scheduled_at"`
 	FromStatus  string    `db:"from_status"` // the status it left (pending or retry)
+	Traceparent *string   `db:"traceparent"`
 }
 
 // Nack describes a worker's report that an attempt failed.

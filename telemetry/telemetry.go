@@ -1,5 +1,6 @@
 // Package telemetry is how TaskForge reports what it does: Prometheus metrics, one
-// structured log line per task state transition, and request metrics and logs.
+// structured log line per task state transition, request metrics and logs, and
+// OpenTelemetry spans that join each task's steps to its producer's trace.
 //
 // Components report events (a transition, a reclaim, a limited poll) and never
 // compute metrics themselves. A nil *Telemetry accepts every call and does nothing,
@@ -21,12 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Telemetry holds one replica's metrics and its transition logger.
 type Telemetry struct {
-	log *slog.Logger
-	reg *prometheus.Registry
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	tracer trace.Tracer // nil: no spans
 
 	enqueued        *prometheus.CounterVec
 	completed       *prometheus.CounterVec

@@ -41,7 +41,7 @@ func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.St
 	for i := range tasks {
 		tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`1`), Priority: 5}
 	}
-	if _, err := s.Enqueue(ctx, "q", tasks); err != nil {
+	if _, err := s.Enqueue(ctx, "q", tasks, nil); err != nil {
 		t.Fatal(err)
 	}
 	due, err := s.DispatchDue(ctx, "q", n, 1e13)

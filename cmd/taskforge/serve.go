@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/server"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // serverFlags binds every server setting to a flag whose default comes from its
@@ -80,6 +82,12 @@ func serveCommand() *cobra.Command {
 			if err != nil {
 				return exitError{2, err}
 			}
+			tp, shutdownTracing, err := telemetry.TracerFromEnv(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer func() { _ = shutdownTracing(context.Background()) }()
+			f.cfg.TracerProvider = tp
 			srv, err := server.New(cmd.Context(), f.cfg, log)
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ type Polled struct {
 	LeaseExpiresAt      time.Time       `json:"lease_expires_at"`
 	HeartbeatIntervalMs int64           `json:"heartbeat_interval_ms"`
 	TimeoutSeconds      *int            `json:"timeout_seconds"`
+	Traceparent         *string         `json:"traceparent"`
 }
 
 // Task is the API's task object, as tests read it.
