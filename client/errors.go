@@ -1,0 +1,171 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Sentinel errors. Every error a Client method returns for an API error response
+// is an *APIError that matches (errors.Is) the sentinel of its error code; a
+// request that never got an answer matches ErrUnavailable.
+var (
+	// ErrInvalidRequest: the server rejected the request as malformed or out of range (400).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrPayloadTooLarge: a payload, result or body exceeded the server's limit (413).
+	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrNotFound: the server has no such route (404 not_found), e.g. an older server.
+	ErrNotFound = errors.New("no such route")
+	// ErrMethodNotAllowed: the route exists but not with this method (405).
+	ErrMethodNotAllowed = errors.New("method not allowed")
+	// ErrQueueNotFound: the queue does not exist (404).
+	ErrQueueNotFound = errors.New("queue not found")
+	// ErrQueueExists: a queue of that name already exists (409).
+	ErrQueueExists = errors.New("queue already exists")
+	// ErrQueueNotEmpty: the queue still holds unfinished or dead tasks (409).
+	ErrQueueNotEmpty = errors.New("queue not empty")
+	// ErrTaskNotFound: the task (or dead task) does not exist in that queue (404).
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrTaskNotCancellable: the task already reached a terminal state (409).
+	ErrTaskNotCancellable = errors.New("task not cancellable")
+	// ErrIdempotencyConflict: the idempotency key was used by a different request (409).
+	ErrIdempotencyConflict = errors.New("idempotency conflict")
+	// ErrLeaseLost: the caller no longer holds the task's lease (409). It is also the
+	// context cause of a handler whose lease was lost.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrUnavailable: the server, or PostgreSQL or Redis behind it, cannot serve now
+	// (503, 502, 504), or the server could not be reached at all. Retry later.
+	ErrUnavailable = errors.New("server unavailable")
+	// ErrInternal: the server failed unexpectedly (500).
+	ErrInternal = errors.New("internal server error")
+
+	// ErrTaskCancelled is the context cause of a handler whose task was cancelled
+	// (DELETE /queues/:name/tasks/:id while it was executing).
+	ErrTaskCancelled = errors.New("task cancelled")
+	// ErrWorkerStopping is the context cause of a handler still running when the
+	// worker's shutdown grace period ended; its task is handed back for another worker.
+	ErrWorkerStopping = errors.New("worker stopping")
+)
+
+// codes maps each API error code to its sentinel.
+var codes = map[string]error{
+	"invalid_request":      ErrInvalidRequest,
+	"payload_too_large":    ErrPayloadTooLarge,
+	"not_found":            ErrNotFound,
+	"method_not_allowed":   ErrMethodNotAllowed,
+	"queue_not_found":      ErrQueueNotFound,
+	"queue_exists":         ErrQueueExists,
+	"queue_not_empty":      ErrQueueNotEmpty,
+	"task_not_found":       ErrTaskNotFound,
+	"task_not_cancellable": ErrTaskNotCancellable,
+	"idempotency_conflict": ErrIdempotencyConflict,
+	"lease_lost":           ErrLeaseLost,
+	"unavailable":          ErrUnavailable,
+	"internal":             ErrInternal,
+}
+
+// APIError is an error response of the TaskForge API:
+// {"error": {"code": ..., "message": ...}} with its HTTP status. errors.Is matches
+// it against the sentinel of its code (ErrQueueNotFound for "queue_not_found", …),
+// and any 502, 503 or 504 against ErrUnavailable.
+type APIError struct {
+	Status  int    // HTTP status
+	Code    string // snake_case error code, e.g. "queue_not_found"
+	Message string // human-readable detail from the server
+}
+
+// Error returns "code: message".
+func (e *APIError) Error() string { return e.Code + ": " + e.Message }
+
+// Is reports whether target is the sentinel of e's code or status.
+func (e *APIError) Is(target error) bool {
+	if s, ok := codes[e.Code]; ok && s == target {
+		return true
+	}
+	switch e.Status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return target == ErrUnavailable
+	}
+	return false
+}
+
+// codeForStatus names the error of a response without a JSON error body
+// (a proxy's page, for instance).
+func codeForStatus(status int) string {
+	switch {
+	case status == http.StatusBadGateway, status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
+		return "unavailable"
+	case status == http.StatusNotFound:
+		return "not_found"
+	case status == http.StatusRequestEntityTooLarge:
+		return "payload_too_large"
+	case status >= 500:
+		return "internal"
+	default:
+		return "http_" + fmt.Sprint(status)
+	}
+}
+
+// unreachableError is a request that got no HTTP response: refused, reset, timed out.
+type unreachableError struct {
+	err error
+}
+
+func (e *unreachableError) Error() string        { return "server unreachable: " + e.err.Error() }
+func (e *unreachableError) Unwrap() error        { return e.err }
+func (e *unreachableError) Is(target error) bool { return target == ErrUnavailable }
+
+// temporary reports whether a request that failed with err may succeed if sent
+// again later: the server was unreachable, unavailable or failed internally.
+func temporary(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInternal)
+}
+
+// Permanent marks a handler error as not worth retrying: the worker nacks the task
+// with retryable=false, so it goes to the dead-letter queue at once. errors.Is and
+// errors.As see through it to err.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// IsPermanent reports whether err (or an error it wraps) was marked by Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// RetryAfter marks a handler error as retryable after d (rounded to milliseconds)
+// instead of the queue's backoff: the worker nacks with retry_after_ms. The retry
+// still counts against the task's budget. errors.Is and errors.As see through it.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, after: max(d, 0)}
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryDelay returns the delay a RetryAfter error in err's chain asks for.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}

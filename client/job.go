@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// HandlerFunc processes one task. Returning nil acks it (with the result set by
+// Job.SetResult, if any); returning an error nacks it: retried after the queue's
+// backoff, unless marked with Permanent (dead-lettered at once) or RetryAfter
+// (retried after the given delay). A panic is recovered and nacked as a retryable
+// error carrying the stack.
+//
+// ctx is cancelled when the handler should stop: context.Cause(ctx) is
+// ErrTaskCancelled (the task was cancelled), ErrLeaseLost (the server no longer
+// considers this worker the owner: its work may be repeated elsewhere),
+// ErrWorkerStopping (the shutdown grace period ended), or a deadline error when the
+// task's timeout_seconds passed. Handlers should watch ctx and return promptly.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Job is a task as a handler receives it. Its fields are read-only.
+type Job struct {
+	ID       string
+	Queue    string
+	Payload  json.RawMessage
+	Priority int
+	// Attempt is the 1-based attempt number, also a monotonic fencing token: a
+	// later attempt of the same task always carries a larger number.
+	Attempt int
+	// Timeout is the task's timeout_seconds (zero when it has none); the handler's
+	// context ends then.
+	Timeout time.Duration
+	// WorkerID is the id of the worker running the job.
+	WorkerID string
+
+	result json.RawMessage
+}
+
+// Decode unmarshals the payload into v. A payload that does not fit v never will,
+// so the error is marked Permanent: returned from the handler, the task is
+// dead-lettered rather than retried.
+func (j *Job) Decode(v any) error {
+	if err := json.Unmarshal(j.Payload, v); err != nil {
+		return Permanent(fmt.Errorf("decode payload of task %s: %w", j.ID, err))
+	}
+	return nil
+}
+
+// SetResult records v, encoded as JSON, as the task's result when the handler
+// returns nil. A json.RawMessage is stored as it is.
+func (j *Job) SetResult(v any) error {
+	if raw, ok := v.(json.RawMessage); ok {
+		if !json.Valid(raw) {
+			return fmt.Errorf("set result of task %s: not valid JSON", j.ID)
+		}
+		j.result = raw
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("set result of task %s: %w", j.ID, err)
+	}
+	j.result = b
+	return nil
+}
+
+// panicError is a recovered handler panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }

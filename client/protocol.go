@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// PolledTask is a task a poll handed to a worker, under a lease.
+type PolledTask struct {
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	Payload  json.RawMessage `json:"payload"`
+	Priority int             `json:"priority"`
+	// Attempt is the 1-based attempt number: a monotonic fencing token for the
+	// worker's own side effects.
+	Attempt int `json:"attempt"`
+	// LeaseToken identifies this claim; heartbeats, acks and nacks must carry it.
+	LeaseToken          string    `json:"lease_token"`
+	LeaseExpiresAt      time.Time `json:"lease_expires_at"`
+	HeartbeatIntervalMs int64     `json:"heartbeat_interval_ms"`
+	TimeoutSeconds      *int      `json:"timeout_seconds"`
+}
+
+// PollRequest asks for tasks (POST /workers/poll).
+type PollRequest struct {
+	WorkerID string   // required, 1..200 characters
+	Queues   []string // tried in the order given
+	MaxTasks int      // 1..100; 0 means 1
+	// Wait is how long the server may hold the request open for the first task
+	// (rounded down to milliseconds, at most 30s); zero returns at once.
+	Wait time.Duration
+}
+
+// PollResult is the answer to a poll.
+type PollResult struct {
+	Tasks []PolledTask
+	// RetryAfter, when positive on an empty answer, is when a rate-limited queue
+	// that holds waiting work will next have a token.
+	RetryAfter time.Duration
+}
+
+// Poll claims up to MaxTasks tasks, waiting up to Wait for the first to arrive.
+// No tasks means nothing arrived in time.
+func (c *Client) Poll(ctx context.Context, r PollRequest) (*PollResult, error) {
+	res, _, err := c.poll(ctx, r)
+	return res, err
+}
+
+// poll is Poll that also returns the server's Date header (zero when absent).
+func (c *Client) poll(ctx context.Context, r PollRequest) (*PollResult, time.Time, error) {
+	body := map[string]any{"worker_id": r.WorkerID, "queues": r.Queues,
+		"max_tasks": max(r.MaxTasks, 1), "wait_ms": r.Wait.Milliseconds()}
+	var out struct {
+		Tasks        []PolledTask `json:"tasks"`
+		RetryAfterMs int64        `json:"retry_after_ms"`
+	}
+	date, _, err := c.do(ctx, http.MethodPost, "/workers/poll", nil, body, &out)
+	if err != nil {
+		return nil, date, fmt.Errorf("poll %v: %w", r.Queues, err)
+	}
+	return &PollResult{Tasks: out.Tasks, RetryAfter: time.Duration(out.RetryAfterMs) * time.Millisecond}, date, nil
+}
+
+// LeaseState is a lease after a heartbeat.
+type LeaseState struct {
+	ExpiresAt       time.Time `json:"lease_expires_at"` // zero for a worker-only heartbeat
+	CancelRequested bool      `json:"cancel_requested"` // the task was cancelled: stop and nack
+}
+
+// Heartbeat extends the lease on a task (POST /workers/heartbeat). With an empty
+// taskID it only records workerID as alive. It fails with ErrLeaseLost when the
+// lease is no longer held.
+func (c *Client) Heartbeat(ctx context.Context, workerID, taskID, leaseToken string) (*LeaseState, error) {
+	l, _, err := c.heartbeat(ctx, workerID, taskID, leaseToken)
+	return l, err
+}
+
+func (c *Client) heartbeat(ctx context.Context, workerID, taskID, leaseToken string) (*LeaseState, time.Time, error) {
+	body := map[string]any{"worker_id": workerID}
+	if taskID != "" {
+		body["task_id"], body["lease_token"] = taskID, leaseToken
+	}
+	var out struct {
+		ExpiresAt       *time.Time `json:"lease_expires_at"`
+		CancelRequested bool       `json:"cancel_requested"`
+	}
+	date, _, err := c.do(ctx, http.MethodPost, "/workers/heartbeat", nil, body, &out)
+	if err != nil {
+		return nil, date, fmt.Errorf("heartbeat task %s: %w", taskID, err)
+	}
+	l := &LeaseState{CancelRequested: out.CancelRequested}
+	if out.ExpiresAt != nil {
+		l.ExpiresAt = *out.ExpiresAt
+	}
+	return l, date, nil
+}
+
+// Ack records that the attempt succeeded, with an optional JSON result, and returns
+// the task (done). It fails with ErrLeaseLost when the lease is no longer held.
+func (c *Client) Ack(ctx context.Context, workerID, taskID, leaseToken string, result json.RawMessage) (*Task, error) {
+	body := map[string]any{"worker_id": workerID, "task_id": taskID, "lease_token": leaseToken}
+	if len(result) > 0 {
+		body["result"] = result
+	}
+	var out Task
+	if _, _, err := c.do(ctx, http.MethodPost, "/workers/ack", nil, body, &out); err != nil {
+		return nil, fmt.Errorf("ack task %s: %w", taskID, err)
+	}
+	return &out, nil
+}
+
+// NackRequest reports a failed attempt (POST /workers/nack).
+type NackRequest struct {
+	WorkerID   string
+	TaskID     string
+	LeaseToken string
+	Error      string // recorded on the attempt and as the task's last_error
+	// Permanent sends retryable=false: the task goes to the dead-letter queue.
+	Permanent bool
+	// RetryAfter, when not nil, replaces the queue's backoff for the next attempt.
+	RetryAfter *time.Duration
+}
+
+// Nack records that the attempt failed and returns the task: retry (with its next
+// ScheduledAt), dead, or cancelled when a cancel was requested. It fails with
+// ErrLeaseLost when the lease is no longer held.
+func (c *Client) Nack(ctx context.Context, r NackRequest) (*Task, error) {
+	body := map[string]any{"worker_id": r.WorkerID, "task_id": r.TaskID, "lease_token": r.LeaseToken,
+		"error": r.Error, "retryable": !r.Permanent}
+	if r.RetryAfter != nil {
+		body["retry_after_ms"] = max(r.RetryAfter.Milliseconds(), 0)
+	}
+	var out Task
+	if _, _, err := c.do(ctx, http.MethodPost, "/workers/nack", nil, body, &out); err != nil {
+		return nil, fmt.Errorf("nack task %s: %w", r.TaskID, err)
+	}
+	return &out, nil
+}
+
+// ListWorkers returns every worker the server has seen; Stale marks those silent
+// for over three heartbeat intervals.
+func (c *Client) ListWorkers(ctx context.Context) ([]WorkerInfo, error) {
+	var out struct {
+		Workers []WorkerInfo `json:"workers"`
+	}
+	if _, _, err := c.do(ctx, http.MethodGet, "/workers", nil, nil, &out); err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out.Workers, nil
+}

@@ -1,0 +1,322 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/server"
+)
+
+// TestWorkerShutdownHandsBackTasks: a worker told to stop lets a handler that
+// finishes within the grace period ack, then hands the others back with a
+// zero-delay nack, so that another worker runs them at once, long before their
+// 30 s leases would have expired.
+func TestWorkerShutdownHandsBackTasks(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, func(cfg *server.Config) { cfg.LeaseTimeout = 30 * time.Second })
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+
+	const grace = 500 * time.Millisecond
+	stopping := make(chan struct{}) // closed when the test stops worker A
+	never := make(chan struct{})    // a stubborn handler waits for this forever
+	t.Cleanup(func() { close(never) })
+	started := make(chan string, 3)
+	var mu sync.Mutex
+	causes := map[string]error{}
+	a := client.NewWorker(c, client.WorkerConfig{ID: "worker-a", Concurrency: 3, ShutdownGrace: grace,
+		PollWait: 2 * time.Second, Logger: logger()})
+	a.Handle("q", func(ctx context.Context, job *client.Job) error {
+		var kind string
+		if err := job.Decode(&kind); err != nil {
+			return err
+		}
+		started <- kind
+		switch kind {
+		case "quick": // finishes soon after the shutdown begins, within the grace period
+			<-stopping
+			return nil
+		case "polite": // stops when its context ends
+			<-ctx.Done()
+			mu.Lock()
+			causes[job.ID] = context.Cause(ctx)
+			mu.Unlock()
+			return ctx.Err()
+		default: // stubborn: ignores its context
+			<-never
+			return nil
+		}
+	})
+	ra := start(t, a)
+	ids := map[string]string{}
+	for _, kind := range []string{"quick", "polite", "stubborn"} {
+		ids[kind] = must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: kind})).ID
+	}
+	for range 3 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("worker A did not start all three tasks")
+		}
+	}
+
+	// Worker B waits for work; it gets only what A hands back.
+	var mu2 sync.Mutex
+	redelivered := map[string]time.Time{}
+	b := client.NewWorker(c, client.WorkerConfig{ID: "worker-b", Concurrency: 3, PollWait: 2 * time.Second, Logger: logger()})
+	b.Handle("q", func(ctx context.Context, job *client.Job) error {
+		mu2.Lock()
+		redelivered[job.ID] = time.Now()
+		mu2.Unlock()
+		return nil
+	})
+	start(t, b)
+	waitFor(t, 5*time.Second, "worker B polling", func() bool {
+		ws := must[[]client.WorkerInfo](t)(c.ListWorkers(ctx))
+		return len(ws) == 2
+	})
+
+	t0 := time.Now()
+	ra.cancel()
+	close(stopping)
+	err, took := ra.stop(t, 10*time.Second)
+	t.Logf("worker A: Run returned %v after %s (grace %s)", err, took, grace)
+	if err != nil || took < grace || took > grace+time.Second {
+		t.Fatalf("Run returned %v after %s, want nil within the grace period %s (+1s)", err, took, grace)
+	}
+
+	quick := waitTask(t, c, "q", ids["quick"], 5*time.Second, "quick task done", status(client.StatusDone))
+	if h := quick.AttemptHistory; len(h) != 1 || h[0].WorkerID != "worker-a" {
+		t.Fatalf("quick task was not acked by A within the grace period: %+v", h)
+	}
+	for _, kind := range []string{"polite", "stubborn"} {
+		got := waitTask(t, c, "q", ids[kind], 5*time.Second, kind+" task done by B", status(client.StatusDone))
+		h := got.AttemptHistory
+		if len(h) != 2 || h[0].WorkerID != "worker-a" || h[0].Status != client.AttemptFailed ||
+			!strings.Contains(*h[0].Error, "shut down") || h[1].WorkerID != "worker-b" {
+			t.Fatalf("%s task attempts %+v", kind, h)
+		}
+		mu2.Lock()
+		at := redelivered[ids[kind]]
+		mu2.Unlock()
+		t.Logf("%s task re-delivered to worker B %s after SIGTERM-equivalent (%s after the grace period)", kind, at.Sub(t0), at.Sub(t0)-grace)
+		if at.Sub(t0) > grace+2*time.Second {
+			t.Errorf("%s task re-delivered %s after the shutdown began", kind, at.Sub(t0))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if cause := causes[ids["polite"]]; !errors.Is(cause, client.ErrWorkerStopping) {
+		t.Errorf("polite handler's context cause %v, want ErrWorkerStopping", cause)
+	}
+}
+
+// proxy forwards TCP connections to a real server. While down it accepts and
+// closes every connection at once (counting them), like a server that went away.
+type proxy struct {
+	ln      net.Listener
+	target  string
+	down    atomic.Bool
+	refused atomic.Int64
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: strings.TrimPrefix(target, "http://"), conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.closeAll()
+	})
+	return p
+}
+
+func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.down.Load() {
+			p.refused.Add(1)
+			in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[in], p.conns[out] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(out, in); out.Close() }()
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+	}
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// setDown takes the "server" away (cutting open connections) or brings it back.
+func (p *proxy) setDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.closeAll()
+	}
+}
+
+// TestWorkerSurvivesServerOutage: while the server is unreachable the worker
+// retries with growing, jittered delays (no hot loop), keeps the result of a task
+// that finished meanwhile, and resumes polling and reporting once it is back.
+func TestWorkerSurvivesServerOutage(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t, nil) // lease 5s, heartbeat 1s
+	ctx := context.Background()
+	must[*client.Queue](t)(direct.CreateQueue(ctx, "q", client.QueueSettings{}))
+	p := startProxy(t, s.URL)
+	c := must[*client.Client](t)(client.New(p.URL()))
+
+	const retryMin, retryMax = 40 * time.Millisecond, 400 * time.Millisecond
+	releaseA, releaseC := make(chan struct{}), make(chan struct{})
+	started := make(chan string, 10)
+	w := client.NewWorker(c, client.WorkerConfig{ID: "w-outage", Concurrency: 4, PollWait: 2 * time.Second,
+		RetryMin: retryMin, RetryMax: retryMax, Logger: logger()})
+	w.Handle("q", func(ctx context.Context, job *client.Job) error {
+		var name string
+		if err := job.Decode(&name); err != nil {
+			return err
+		}
+		started <- name
+		switch name {
+		case "a": // finishes during the outage
+			<-releaseA
+		case "c": // runs across the whole outage
+			<-releaseC
+		}
+		return job.SetResult(name)
+	})
+	start(t, w)
+	a := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: "a"}))
+	cTask := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: "c"}))
+	for range 2 {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("tasks a and c did not start")
+		}
+	}
+
+	p.setDown(true)
+	down := time.Now()
+	close(releaseA) // its ack now fails and must be retried
+	b := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: "b"}))
+	const attempts = 10
+	waitFor(t, 10*time.Second, "the worker to retry during the outage", func() bool { return p.refused.Load() >= attempts })
+	elapsed := time.Since(down)
+	t.Logf("outage: %d connection attempts in %s", p.refused.Load(), elapsed)
+	// Two loops retry (poll and a's ack), each waiting at least retryMin/2, then
+	// doubling: ten attempts cannot come within 4·retryMin. A hot loop would.
+	if elapsed < 4*retryMin {
+		t.Fatalf("%d attempts within %s: the worker does not back off", attempts, elapsed)
+	}
+	// Let the outage last past the longest backoff, then check the rate stayed low.
+	waitFor(t, 10*time.Second, "an outage of 3 × RetryMax", func() bool { return time.Since(down) > 3*retryMax })
+	n, d := p.refused.Load(), time.Since(down)
+	t.Logf("outage: %d connection attempts in %s", n, d)
+	// Expected: about 7 per retry loop (two loops) plus a heartbeat; a hot loop
+	// would make thousands.
+	if n > 40 {
+		t.Fatalf("%d connection attempts in %s: not backing off", n, d)
+	}
+
+	p.setDown(false)
+	up := time.Now()
+	gotA := waitTask(t, direct, "q", a.ID, 5*time.Second, "task a acked after the outage", status(client.StatusDone))
+	gotB := waitTask(t, direct, "q", b.ID, 5*time.Second, "task b run after the outage", status(client.StatusDone))
+	t.Logf("after the server came back: a acked and b done within %s", time.Since(up))
+	if time.Since(up) > retryMax+2*time.Second {
+		t.Errorf("resumed %s after the server came back", time.Since(up))
+	}
+	close(releaseC)
+	gotC := waitTask(t, direct, "q", cTask.ID, 5*time.Second, "task c done", status(client.StatusDone))
+	for _, got := range []*client.Task{gotA, gotB, gotC} {
+		if len(got.AttemptHistory) != 1 || got.AttemptHistory[0].Status != client.AttemptSucceeded {
+			t.Errorf("task %s: attempts %+v (want one, succeeded: the lease outlived the outage)", got.Payload, got.AttemptHistory)
+		}
+	}
+}
+
+// TestWorkerCutOffPastLeaseStopsHandler: when heartbeats cannot reach the server
+// for longer than the lease, the server will give the task to someone else, so the
+// worker cancels the handler (cause ErrLeaseLost) and reports nothing; the task
+// runs again once the server is back.
+func TestWorkerCutOffPastLeaseStopsHandler(t *testing.T) {
+	t.Parallel()
+	const lease, hb = time.Second, 250 * time.Millisecond
+	s, direct := setup(t, func(cfg *server.Config) {
+		cfg.LeaseTimeout = lease
+		cfg.HeartbeatInterval = hb
+	})
+	ctx := context.Background()
+	must[*client.Queue](t)(direct.CreateQueue(ctx, "q", client.QueueSettings{}))
+	p := startProxy(t, s.URL)
+	c := must[*client.Client](t)(client.New(p.URL()))
+	b := newBlocker()
+	w := client.NewWorker(c, client.WorkerConfig{ID: "w-cutoff", Concurrency: 1, PollWait: time.Second,
+		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: logger()})
+	w.Handle("q", func(ctx context.Context, job *client.Job) error {
+		if job.Attempt > 1 {
+			return nil
+		}
+		return b.handle(ctx, job)
+	})
+	start(t, w)
+	task := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: 1}))
+	b.waitStart(t)
+	waitFor(t, 5*time.Second, "a heartbeat", func() bool {
+		got := must[*client.Task](t)(direct.GetTask(ctx, "q", task.ID))
+		return got.HeartbeatAt != nil
+	})
+
+	p.setDown(true)
+	down := time.Now()
+	at, cause := b.end(t, task.ID, 10*time.Second)
+	t.Logf("cut off: handler cancelled %s after the last chance to heartbeat (lease %s)", at.Sub(down), lease)
+	if !errors.Is(cause, client.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	// The estimate errs late, never early: at least a lease after the last
+	// heartbeat, at most a lease plus the Date header's second, the margin, a
+	// heartbeat interval and some scheduling slack.
+	if d, most := at.Sub(down), lease+time.Second+250*time.Millisecond+hb+500*time.Millisecond; d < lease-hb || d > most {
+		t.Errorf("handler cancelled %s after the cut, want from %s to %s", d, lease-hb, most)
+	}
+	p.setDown(false)
+	got := waitTask(t, direct, "q", task.ID, 10*time.Second, "task done on a second attempt", status(client.StatusDone))
+	if h := got.AttemptHistory; len(h) != 2 || h[0].Status != client.AttemptAbandoned || h[1].WorkerID != "w-cutoff" {
+		t.Fatalf("attempts %+v", h)
+	}
+}

@@ -1,0 +1,522 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// WorkerConfig tunes a Worker. Zero fields take the defaults.
+type WorkerConfig struct {
+	// ID names the worker to the server (attempt history, GET /workers). Defaults
+	// to "<hostname>-<pid>-<random>". Two processes must not share an id.
+	ID string
+	// Concurrency is how many tasks run at once. Defaults to 10.
+	Concurrency int
+	// PollWait is how long one long-poll may wait for work (at most 30s).
+	// Defaults to 10s.
+	PollWait time.Duration
+	// ShutdownGrace is how long Run, once its context is cancelled, waits for
+	// running handlers before handing their tasks back. Defaults to 10s; a
+	// negative value hands them back at once.
+	ShutdownGrace time.Duration
+	// RetryMin and RetryMax bound the jittered exponential backoff between calls
+	// that failed because the server was unreachable or unavailable. Default to
+	// 100ms and 5s.
+	RetryMin, RetryMax time.Duration
+	// Logger receives the worker's warnings and errors. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// maxPollTasks and maxPollWait are the server's limits for one poll.
+const (
+	maxPollTasks = 100
+	maxPollWait  = 30 * time.Second
+	// finalReportTimeout bounds how long Run keeps trying to report tasks after
+	// the grace period.
+	finalReportTimeout = 5 * time.Second
+	// leaseMargin is how long past its estimated expiry a lease is still
+	// assumed to be held.
+	leaseMargin = 250 * time.Millisecond
+	// maxErrorText keeps a nack's error under the server's 64 KiB limit.
+	maxErrorText = 60 << 10
+)
+
+func (c WorkerConfig) withDefaults() WorkerConfig {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		c.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b))
+	}
+	c.Concurrency = cmp.Or(max(c.Concurrency, 0), 10)
+	c.PollWait = min(cmp.Or(max(c.PollWait, 0), 10*time.Second), maxPollWait)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
+	c.RetryMin = cmp.Or(max(c.RetryMin, 0), 100*time.Millisecond)
+	c.RetryMax = max(cmp.Or(c.RetryMax, 5*time.Second), c.RetryMin)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Worker runs handlers for the tasks of its queues: it long-polls for as many
+// tasks as it has free slots, heartbeats every running task at the interval the
+// server advertises, and acks or nacks each one when its handler returns.
+//
+// When the server cannot be reached, polls, heartbeats and reports are retried
+// with jittered exponential backoff. A handler whose lease is lost, or whose task
+// is cancelled, sees its context cancelled within one heartbeat interval.
+type Worker struct {
+	c   *Client
+	cfg WorkerConfig
+
+	mu       sync.Mutex
+	handlers map[string]HandlerFunc
+	queues   []string // in registration order: the order polls try them
+	running  bool
+}
+
+// NewWorker returns a Worker that talks to the server through c. Register
+// handlers with Handle, then call Run.
+func NewWorker(c *Client, cfg WorkerConfig) *Worker {
+	return &Worker{c: c, cfg: cfg.withDefaults(), handlers: map[string]HandlerFunc{}}
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle registers h for the tasks of queue. Queues are polled in the order they
+// were registered, so the first one registered is served first when several have
+// work. It panics when queue already has a handler, h is nil, or Run is running.
+func (w *Worker) Handle(queue string, h HandlerFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case h == nil:
+		panic("taskforge: nil handler for queue " + queue)
+	case w.running:
+		panic("taskforge: Handle called while the worker runs")
+	case w.handlers[queue] != nil:
+		panic("taskforge: queue " + queue + " already has a handler")
+	}
+	w.handlers[queue] = h
+	w.queues = append(w.queues, queue)
+}
+
+// Run polls and runs tasks until ctx is cancelled, then shuts down gracefully: it
+// stops polling, waits up to ShutdownGrace for running handlers to finish and
+// report, then cancels the handlers still running (cause ErrWorkerStopping) and
+// nacks their tasks as retryable with no delay, so that another worker takes them
+// at once. (That nack counts as a failed attempt against the task's retry budget.)
+// Run returns nil after a shutdown, even if some handler ignores its context; it
+// returns an error when no handler is registered, when it is already running, or
+// when the server rejects the worker's poll as invalid.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("taskforge: worker is already running")
+	}
+	if len(w.queues) == 0 {
+		w.mu.Unlock()
+		return errors.New("taskforge: worker has no handlers; call Handle first")
+	}
+	w.running = true
+	r := &runner{w: w, c: w.c, cfg: w.cfg, log: w.cfg.Logger.With("worker_id", w.cfg.ID),
+		handlers: make(map[string]HandlerFunc, len(w.handlers)), queues: append([]string(nil), w.queues...),
+		active: map[*job]struct{}{}, slotFreed: make(chan struct{}, 1)}
+	for q, h := range w.handlers {
+		r.handlers[q] = h
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+	}()
+	r.handlerBase = context.WithoutCancel(ctx)
+	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
+	return r.run(ctx)
+}
+
+// runner is one Run of a Worker.
+type runner struct {
+	w        *Worker
+	c        *Client
+	cfg      WorkerConfig
+	log      *slog.Logger
+	handlers map[string]HandlerFunc
+	queues   []string
+
+	// handlerBase carries the values of Run's context, not its cancellation:
+	// handlers run on through the grace period.
+	handlerBase context.Context
+	// bg carries heartbeats and reports; it ends only when Run gives up on them.
+	bg     context.Context
+	stopBG context.CancelFunc
+
+	mu        sync.Mutex
+	active    map[*job]struct{} // tasks held: running, or being reported
+	wg        sync.WaitGroup    // one count per active job
+	slotFreed chan struct{}     // signalled when a job leaves active
+}
+
+// job is one task held by the worker.
+type job struct {
+	*Job
+	leaseToken string
+	cancel     context.CancelCauseFunc
+	stopHB     chan struct{} // closed when heartbeats must stop
+	stopOnce   sync.Once
+	owned      atomic.Bool // set by whoever reports the task: its handler's return, or shutdown
+	lost       atomic.Bool // the lease is known to be lost
+
+	mu       sync.Mutex
+	leaseLen time.Duration // estimated lease length; zero when unknown
+	deadline time.Time     // local estimate of the lease's expiry; zero when unknown
+}
+
+// claim makes the caller the one who reports the task; false if someone already is.
+func (j *job) claim() bool { return j.owned.CompareAndSwap(false, true) }
+
+func (j *job) stopHeartbeats() { j.stopOnce.Do(func() { close(j.stopHB) }) }
+
+// extend records a lease confirmed by a response received at recv, from the
+// server's expiry and the response's Date header.
+func (j *job) extend(recv, expires, date time.Time) {
+	if date.IsZero() || expires.IsZero() {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	// Date is truncated to the second and recv follows the server's answer, so
+	// the estimate errs late (by under a second plus the network delay): the
+	// worker never gives up on a lease the server still honours.
+	if l := expires.Sub(date); l > 0 {
+		j.leaseLen = l
+		j.deadline = recv.Add(l)
+	}
+}
+
+// leaseExpired reports whether the lease has surely expired by now (the estimate
+// already errs late; leaseMargin adds to that).
+func (j *job) leaseExpired(now time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return !j.deadline.IsZero() && now.After(j.deadline.Add(leaseMargin))
+}
+
+func (r *runner) run(ctx context.Context) error {
+	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
+	var fatal error
+	for ctx.Err() == nil {
+		free := r.cfg.Concurrency - r.activeCount()
+		if free <= 0 {
+			select {
+			case <-r.slotFreed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		sent := time.Now()
+		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
+			MaxTasks: min(free, maxPollTasks), Wait: r.cfg.PollWait})
+		recv := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMethodNotAllowed) {
+				fatal = fmt.Errorf("taskforge worker %s: %w", r.cfg.ID, err)
+				break
+			}
+			d := b.next()
+			r.log.Warn("poll failed; retrying", "in", d, "err", err)
+			sleep(ctx, d)
+			continue
+		}
+		b.reset()
+		for _, t := range res.Tasks {
+			r.start(t, recv, date)
+		}
+		if len(res.Tasks) == 0 && res.RetryAfter > 0 && time.Since(sent) < r.cfg.PollWait/2 {
+			// A rate limit holds the work back and the server answered early: wait
+			// for the next token rather than ask again at once.
+			sleep(ctx, min(res.RetryAfter, r.cfg.PollWait))
+		}
+	}
+	r.shutdown()
+	return fatal
+}
+
+func (r *runner) activeCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.active)
+}
+
+// start runs the handler of t and heartbeats it.
+func (r *runner) start(t PolledTask, recv, date time.Time) {
+	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
+		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken, stopHB: make(chan struct{})}
+	j.extend(recv, t.LeaseExpiresAt, date)
+	ctx, cancel := context.WithCancelCause(r.handlerBase)
+	j.cancel = cancel
+	stopTimeout := func() {}
+	if t.TimeoutSeconds != nil && *t.TimeoutSeconds > 0 {
+		j.Timeout = time.Duration(*t.TimeoutSeconds) * time.Second
+		ctx, stopTimeout = context.WithTimeoutCause(ctx, j.Timeout,
+			fmt.Errorf("task timeout of %s exceeded: %w", j.Timeout, context.DeadlineExceeded))
+	}
+	r.mu.Lock()
+	r.active[j] = struct{}{}
+	r.wg.Add(1)
+	r.mu.Unlock()
+
+	interval := time.Duration(t.HeartbeatIntervalMs) * time.Millisecond
+	if interval <= 0 {
+		interval = cmp.Or(j.leaseLen/3, 10*time.Second)
+	}
+	go r.heartbeat(j, interval)
+	go func() {
+		defer stopTimeout()
+		r.execute(ctx, j)
+	}()
+}
+
+// execute runs the handler and reports its outcome, unless shutdown took the task.
+func (r *runner) execute(ctx context.Context, j *job) {
+	h := r.handlers[j.Queue]
+	var err error
+	if h == nil {
+		err = Permanent(fmt.Errorf("worker %s has no handler for queue %q", r.cfg.ID, j.Queue))
+	} else {
+		err = invoke(ctx, h, j.Job)
+	}
+	if !j.claim() {
+		return // shutdown handed the task back already
+	}
+	j.stopHeartbeats()
+	cause := context.Cause(ctx)
+	j.cancel(context.Canceled)
+	log := r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
+	switch {
+	case j.lost.Load():
+		log.Warn("task not reported: its lease was lost, so another worker may run it", "handler_err", err)
+	case err == nil:
+		r.ack(j, log)
+	default:
+		n := NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+			Error: errorText(err), Permanent: IsPermanent(err)}
+		if d, ok := RetryDelay(err); ok {
+			n.RetryAfter = &d
+		}
+		if errors.Is(cause, ErrTaskCancelled) && errors.Is(err, context.Canceled) {
+			n.Error = "cancelled while executing"
+		}
+		r.send(j, log, "nack", func(ctx context.Context) error {
+			_, err := r.c.Nack(ctx, n)
+			return err
+		})
+	}
+	r.done(j)
+}
+
+func (r *runner) ack(j *job, log *slog.Logger) {
+	var tooLarge error
+	r.send(j, log, "ack", func(ctx context.Context) error {
+		_, err := r.c.Ack(ctx, r.cfg.ID, j.ID, j.leaseToken, j.result)
+		if errors.Is(err, ErrPayloadTooLarge) {
+			tooLarge = err
+			return nil
+		}
+		return err
+	})
+	if tooLarge != nil {
+		// The same result would be refused on every attempt.
+		r.send(j, log, "nack", func(ctx context.Context) error {
+			_, err := r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+				Error: "result refused: " + tooLarge.Error(), Permanent: true})
+			return err
+		})
+	}
+}
+
+// invoke calls h, turning a panic into an error that carries the stack.
+func invoke(ctx context.Context, h HandlerFunc, j *Job) (err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			err = &panicError{value: rec, stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, j)
+}
+
+// errorText is err's message, cut to fit the server's limit.
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText] + "\n… (truncated)"
+	}
+	if s == "" {
+		s = fmt.Sprintf("%T with an empty message", err)
+	}
+	return s
+}
+
+// send makes a report (ack or nack), retrying with backoff while the server is
+// unreachable or unavailable, until the lease has surely expired (the server then
+// retries the task itself) or Run gives up at the end of its shutdown.
+func (r *runner) send(j *job, log *slog.Logger, what string, call func(context.Context) error) {
+	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
+	for {
+		ctx, cancel := context.WithTimeout(r.bg, 10*time.Second)
+		err := call(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, ErrLeaseLost):
+			log.Warn(what+" refused: the lease was lost, so another worker may run the task", "err", err)
+			return
+		case r.bg.Err() != nil:
+			log.Error(what+" abandoned: the worker stopped; the server will retry the task when its lease expires", "err", err)
+			return
+		case !temporary(err) && !errors.Is(err, context.DeadlineExceeded):
+			log.Error(what+" failed", "err", err)
+			return
+		case j.leaseExpired(time.Now()):
+			log.Error(what+" abandoned: the lease expired meanwhile; the server will retry the task", "err", err)
+			return
+		}
+		d := b.next()
+		log.Warn(what+" failed; retrying", "in", d, "err", err)
+		sleep(r.bg, d)
+	}
+}
+
+// heartbeat extends j's lease every interval until its heartbeats are stopped,
+// cancelling the handler when the task is cancelled or the lease is lost.
+func (r *runner) heartbeat(j *job, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	log := r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
+	for {
+		select {
+		case <-j.stopHB:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(r.bg, interval)
+		l, date, err := r.c.heartbeat(ctx, r.cfg.ID, j.ID, j.leaseToken)
+		cancel()
+		recv := time.Now()
+		select {
+		case <-j.stopHB:
+			return // the handler returned meanwhile; a 409 may just mean it was acked
+		default:
+		}
+		switch {
+		case err == nil:
+			j.extend(recv, l.ExpiresAt, date)
+			if l.CancelRequested {
+				j.cancel(ErrTaskCancelled)
+			}
+		case errors.Is(err, ErrLeaseLost):
+			j.lost.Store(true)
+			j.cancel(ErrLeaseLost)
+			log.Warn("lease lost; handler cancelled", "err", err)
+			return
+		case j.leaseExpired(time.Now()):
+			j.lost.Store(true)
+			j.cancel(ErrLeaseLost)
+			log.Warn("heartbeats failed until the lease expired; handler cancelled", "err", err)
+			return
+		default:
+			log.Warn("heartbeat failed; retrying at the next interval", "err", err)
+		}
+	}
+}
+
+// done releases j's slot.
+func (r *runner) done(j *job) {
+	r.mu.Lock()
+	delete(r.active, j)
+	r.mu.Unlock()
+	r.wg.Done()
+	select {
+	case r.slotFreed <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown waits up to the grace period for the active tasks, then hands back the
+// ones still running, and waits (bounded) for every report to finish.
+func (r *runner) shutdown() {
+	defer r.stopBG()
+	idle := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(idle)
+	}()
+	if grace := r.cfg.ShutdownGrace; grace > 0 {
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-idle:
+			return
+		case <-timer.C:
+		}
+	}
+	r.mu.Lock()
+	var left []*job
+	for j := range r.active {
+		left = append(left, j)
+	}
+	r.mu.Unlock()
+	for _, j := range left {
+		if !j.claim() {
+			continue // its handler returned; its report is on the way
+		}
+		j.stopHeartbeats()
+		j.cancel(ErrWorkerStopping)
+		if j.lost.Load() {
+			r.done(j)
+			continue
+		}
+		go func() {
+			log := r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
+			zero := time.Duration(0)
+			r.send(j, log, "release nack", func(ctx context.Context) error {
+				_, err := r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+					Error:      fmt.Sprintf("worker %s shut down before the handler finished; handed back for another worker", r.cfg.ID),
+					RetryAfter: &zero})
+				return err
+			})
+			r.done(j)
+		}()
+	}
+	final := time.AfterFunc(finalReportTimeout, r.stopBG)
+	defer final.Stop()
+	<-idle
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskforge/taskforge/client"
+)
+
+// workersCommand is `taskforge workers`: the workers the server has seen.
+func workersCommand() *cobra.Command {
+	o := &cliOptions{}
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the workers the server has seen, with the tasks they run",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			var ws []client.WorkerInfo
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				ws, err = c.ListWorkers(ctx)
+				return err
+			}); err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"workers": ws})
+			}
+			rows := make([][]string, len(ws))
+			for i, w := range ws {
+				rows[i] = []string{w.ID, strings.Join(w.Queues, ","), fmtTime(w.LastHeartbeatAt),
+					strconv.Itoa(len(w.CurrentTasks)), strconv.FormatBool(w.Stale)}
+			}
+			return table(cmd.OutOrStdout(), []string{"ID", "QUEUES", "LAST_HEARTBEAT", "TASKS", "STALE"}, rows)
+		},
+	}
+	setupClientCommand(o, cmd)
+	return cmd
+}
+
+// statsCommand is `taskforge stats [QUEUE...]`: one line per queue, all by default.
+func statsCommand() *cobra.Command {
+	o := &cliOptions{}
+	cmd := &cobra.Command{
+		Use:   "stats [QUEUE...]",
+		Short: "Show depth by status, throughput, error rate and DLQ depth of queues (all by default)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			queues := args
+			if len(queues) == 0 {
+				var qs []client.Queue
+				if err := o.call(cmd, func(ctx context.Context) (err error) {
+					qs, err = c.ListQueues(ctx)
+					return err
+				}); err != nil {
+					return err
+				}
+				for _, q := range qs {
+					queues = append(queues, q.Name)
+				}
+			}
+			stats := make([]*client.Stats, 0, len(queues))
+			for _, q := range queues {
+				var st *client.Stats
+				if err := o.call(cmd, func(ctx context.Context) (err error) {
+					st, err = c.Stats(ctx, q)
+					return err
+				}); err != nil {
+					return err
+				}
+				stats = append(stats, st)
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"stats": stats})
+			}
+			statuses := []string{client.StatusPending, client.StatusClaimed, client.StatusExecuting, client.StatusRetry,
+				client.StatusDone, client.StatusDead, client.StatusCancelled}
+			headers := []string{"QUEUE"}
+			for _, s := range statuses {
+				headers = append(headers, strings.ToUpper(s))
+			}
+			headers = append(headers, "THROUGHPUT/S", "ERROR_RATE", "OLDEST_PENDING")
+			rows := make([][]string, len(stats))
+			for i, st := range stats {
+				row := []string{st.Queue}
+				for _, s := range statuses {
+					row = append(row, strconv.FormatInt(st.Depth[s], 10))
+				}
+				rows[i] = append(row, fmt.Sprintf("%.2f", st.ThroughputPerSec), fmt.Sprintf("%.1f%%", 100*st.ErrorRate),
+					fmt.Sprintf("%.0fs", st.OldestPendingAgeSeconds))
+			}
+			return table(cmd.OutOrStdout(), headers, rows)
+		},
+	}
+	setupClientCommand(o, cmd)
+	return cmd
+}

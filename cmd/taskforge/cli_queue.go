@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskforge/taskforge/client"
+)
+
+// queueCommand is `taskforge queue create|list|get|update|pause|resume|delete`.
+func queueCommand() *cobra.Command {
+	o := &cliOptions{}
+	return clientGroup(o, "queue", "Create, inspect, change, pause and delete queues",
+		queueCreateCommand(o), queueListCommand(o), queueGetCommand(o), queueUpdateCommand(o),
+		queuePauseCommand(o, true), queuePauseCommand(o, false), queueDeleteCommand(o))
+}
+
+// queueFlags are the settings flags of create and update.
+type queueFlags struct {
+	maxRetries     int
+	rateLimit      string
+	rateBurst      string
+	maxConcurrency string
+	backoffBase    time.Duration
+	backoffMax     time.Duration
+	paused         bool
+	priorityAging  string
+}
+
+func (f *queueFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.IntVar(&f.maxRetries, "max-retries", 3, "retries after the first attempt (0..100)")
+	fs.StringVar(&f.rateLimit, "rate-limit", "none", "tasks dispatched per second, or none")
+	fs.StringVar(&f.rateBurst, "rate-burst", "default", "token bucket size, or default (ceil of --rate-limit)")
+	fs.StringVar(&f.maxConcurrency, "max-concurrency", "none", "tasks executing at once, or none")
+	fs.DurationVar(&f.backoffBase, "backoff-base", time.Second, "first retry delay (doubles per attempt)")
+	fs.DurationVar(&f.backoffMax, "backoff-max", time.Hour, "longest retry delay")
+	fs.BoolVar(&f.paused, "paused", false, "dispatch nothing until resumed")
+	fs.StringVar(&f.priorityAging, "priority-aging", "none", "waiting time one priority level is worth (e.g. 30s), or none for strict priority")
+}
+
+// settings returns the settings whose flags were given.
+func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) {
+	var s client.QueueSettings
+	var err error
+	changed := cmd.Flags().Changed
+	if changed("max-retries") {
+		s.MaxRetries = &f.maxRetries
+	}
+	if changed("rate-limit") {
+		if s.RateLimit, err = parseLimit("rate-limit", f.rateLimit, parseFloat); err != nil {
+			return s, err
+		}
+	}
+	if changed("rate-burst") {
+		if s.RateBurst, err = parseLimit("rate-burst", f.rateBurst, strconv.Atoi); err != nil {
+			return s, err
+		}
+	}
+	if changed("max-concurrency") {
+		if s.MaxConcurrency, err = parseLimit("max-concurrency", f.maxConcurrency, strconv.Atoi); err != nil {
+			return s, err
+		}
+	}
+	if changed("backoff-base") {
+		s.BackoffBase = &f.backoffBase
+	}
+	if changed("backoff-max") {
+		s.BackoffMax = &f.backoffMax
+	}
+	if changed("paused") {
+		s.Paused = &f.paused
+	}
+	if changed("priority-aging") {
+		if s.PriorityAging, err = parseLimit("priority-aging", f.priorityAging, time.ParseDuration); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func printQueue(w io.Writer, output string, q *client.Queue) error {
+	if output == "json" {
+		return printJSON(w, q)
+	}
+	return fields(w, [][2]string{
+		{"name", q.Name},
+		{"paused", strconv.FormatBool(q.Paused)},
+		{"max_retries", strconv.Itoa(q.MaxRetries)},
+		{"rate_limit", fmtPtr(q.RateLimit)},
+		{"rate_burst", fmtPtr(q.RateBurst)},
+		{"max_concurrency", fmtPtr(q.MaxConcurrency)},
+		{"backoff", fmt.Sprintf("%s .. %s", time.Duration(q.BackoffBaseMs)*time.Millisecond, time.Duration(q.BackoffMaxMs)*time.Millisecond)},
+		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
+		{"created_at", fmtTime(q.CreatedAt)},
+		{"updated_at", fmtTime(q.UpdatedAt)},
+	})
+}
+
+func queueCreateCommand(o *cliOptions) *cobra.Command {
+	var f queueFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			s, err := f.settings(cmd)
+			if err != nil {
+				return err
+			}
+			var q *client.Queue
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				q, err = c.CreateQueue(ctx, args[0], s)
+				return err
+			}); err != nil {
+				return err
+			}
+			return printQueue(cmd.OutOrStdout(), o.output, q)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func queueListCommand(o *cliOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List queues",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			var qs []client.Queue
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				qs, err = c.ListQueues(ctx)
+				return err
+			}); err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"queues": qs})
+			}
+			rows := make([][]string, len(qs))
+			for i, q := range qs {
+				rows[i] = []string{q.Name, strconv.FormatBool(q.Paused), strconv.Itoa(q.MaxRetries),
+					fmtPtr(q.RateLimit), fmtPtr(q.RateBurst), fmtPtr(q.MaxConcurrency),
+					fmt.Sprintf("%s..%s", time.Duration(q.BackoffBaseMs)*time.Millisecond, time.Duration(q.BackoffMaxMs)*time.Millisecond)}
+			}
+			return table(cmd.OutOrStdout(), []string{"NAME", "PAUSED", "MAX_RETRIES", "RATE_LIMIT", "BURST", "MAX_CONCURRENCY", "BACKOFF"}, rows)
+		},
+	}
+}
+
+func queueGetCommand(o *cliOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a queue's settings",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			var q *client.Queue
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				q, err = c.GetQueue(ctx, args[0])
+				return err
+			}); err != nil {
+				return err
+			}
+			return printQueue(cmd.OutOrStdout(), o.output, q)
+		},
+	}
+}
+
+func queueUpdateCommand(o *cliOptions) *cobra.Command {
+	var f queueFlags
+	cmd := &cobra.Command{
+		Use:   "update NAME",
+		Short: "Change a queue's settings (only the flags given)",
+		Long: "Change a queue's settings. Only the flags given change; --rate-limit none and\n" +
+			"--max-concurrency none remove a limit. Changes apply within a second on every replica.",
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			s, err := f.settings(cmd)
+			if err != nil {
+				return err
+			}
+			if s == (client.QueueSettings{}) {
+				return usagef("nothing to change: give at least one setting flag (see --help)")
+			}
+			var q *client.Queue
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				q, err = c.UpdateQueue(ctx, args[0], s)
+				return err
+			}); err != nil {
+				return err
+			}
+			return printQueue(cmd.OutOrStdout(), o.output, q)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func queuePauseCommand(o *cliOptions, pause bool) *cobra.Command {
+	use, short, verb := "resume NAME", "Let a paused queue dispatch again", "resumed"
+	if pause {
+		use, short, verb = "pause NAME", "Stop a queue from dispatching (running tasks go on)", "paused"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			var q *client.Queue
+			if err := o.call(cmd, func(ctx context.Context) (err error) {
+				if pause {
+					q, err = c.PauseQueue(ctx, args[0])
+				} else {
+					q, err = c.ResumeQueue(ctx, args[0])
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), q)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "queue %s %s\n", q.Name, verb)
+			return err
+		},
+	}
+}
+
+func queueDeleteCommand(o *cliOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a queue with no unfinished or dead tasks",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			if err := o.call(cmd, func(ctx context.Context) error { return c.DeleteQueue(ctx, args[0]) }); err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]string{"deleted": args[0]})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "queue %s deleted\n", args[0])
+			return err
+		},
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskforge/taskforge/client"
+)
+
+// builtinHandlers are the reference worker's handlers, by name.
+var builtinHandlers = map[string]client.HandlerFunc{
+	// noop acks at once.
+	"noop": func(context.Context, *client.Job) error { return nil },
+	// sleep waits {"ms": N} milliseconds, then acks; it stops early when its
+	// context ends.
+	"sleep": func(ctx context.Context, job *client.Job) error {
+		var p struct {
+			MS int64 `json:"ms"`
+		}
+		if err := decodeOptional(job, &p); err != nil {
+			return err
+		}
+		if p.MS < 0 {
+			return client.Permanent(fmt.Errorf("sleep: ms must not be negative, got %d", p.MS))
+		}
+		t := time.NewTimer(time.Duration(p.MS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("sleep of %dms interrupted: %w", p.MS, context.Cause(ctx))
+		}
+	},
+	// fail fails the first {"fail_times": N} attempts, then acks.
+	"fail": func(_ context.Context, job *client.Job) error {
+		var p struct {
+			FailTimes int `json:"fail_times"`
+		}
+		if err := decodeOptional(job, &p); err != nil {
+			return err
+		}
+		if job.Attempt <= p.FailTimes {
+			return fmt.Errorf("planned failure %d of %d", job.Attempt, p.FailTimes)
+		}
+		return nil
+	},
+	// echo acks with the payload as the result.
+	"echo": func(_ context.Context, job *client.Job) error { return job.SetResult(job.Payload) },
+}
+
+// decodeOptional decodes the payload into v; an absent or null payload leaves v zero.
+func decodeOptional(job *client.Job, v any) error {
+	if len(job.Payload) == 0 || string(job.Payload) == "null" {
+		return nil
+	}
+	return job.Decode(v)
+}
+
+func handlerNames() string {
+	names := make([]string, 0, len(builtinHandlers))
+	for n := range builtinHandlers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// workerCommand is `taskforge worker`: a reference worker on the SDK, with the
+// built-in handlers, for demos, benchmarks and chaos tests.
+func workerCommand() *cobra.Command {
+	var (
+		server   string
+		queues   []string
+		cfg      client.WorkerConfig
+		logLevel string
+		runFor   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "worker --queue NAME=HANDLER...",
+		Short: "Run a reference worker with built-in handlers (" + handlerNames() + ")",
+		Long: `Run a worker that serves each --queue NAME=HANDLER with a built-in handler:
+
+  noop   acks at once
+  sleep  sleeps {"ms": N} milliseconds, then acks
+  fail   fails the first {"fail_times": N} attempts, then acks
+  echo   acks with the payload as the result
+
+Queues are polled in the order given. On SIGTERM or SIGINT the worker stops
+polling, waits up to --grace for running tasks, then hands the rest back to the
+server for another worker (a retryable nack with no delay) and exits 0.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(queues) == 0 {
+				return usagef("give at least one --queue NAME=HANDLER (handlers: %s)", handlerNames())
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return usagef("--log-level %q: %v", logLevel, err)
+			}
+			if cfg.ShutdownGrace == 0 {
+				cfg.ShutdownGrace = -1 // no grace: hand running tasks back at once
+			}
+			if cfg.Concurrency < 1 {
+				return usagef("--concurrency must be at least 1")
+			}
+			type binding struct {
+				queue string
+				h     client.HandlerFunc
+			}
+			var bindings []binding
+			for _, spec := range queues {
+				name, handler, ok := strings.Cut(spec, "=")
+				h := builtinHandlers[handler]
+				if !ok || name == "" || h == nil {
+					return usagef("--queue %q: want NAME=HANDLER with a handler among %s", spec, handlerNames())
+				}
+				bindings = append(bindings, binding{name, h})
+			}
+			c, err := client.New(server)
+			if err != nil {
+				return usageError(err)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			cfg.Logger = log
+			w := client.NewWorker(c, cfg)
+			for _, b := range bindings {
+				w.Handle(b.queue, b.h)
+			}
+			log.Info("worker started", "worker_id", w.ID(), "server", c.URL(), "queues", queues,
+				"concurrency", cfg.Concurrency, "grace", cfg.ShutdownGrace)
+			ctx := cmd.Context()
+			if runFor > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, runFor)
+				defer cancel()
+			}
+			if err := w.Run(ctx); err != nil {
+				return withExitCode(err)
+			}
+			log.Info("worker stopped", "worker_id", w.ID())
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&server, "server", defaultServer(), "TaskForge server URL ($TASKFORGE_URL)")
+	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
+	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
+	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")
+	fs.DurationVar(&cfg.ShutdownGrace, "grace", 10*time.Second, "on SIGTERM, how long running tasks may finish before they are handed back")
+	fs.DurationVar(&cfg.PollWait, "poll-wait", 10*time.Second, "long-poll wait (at most 30s)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.DurationVar(&runFor, "run-for", 0, "stop gracefully after this long (0: until signalled)")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	return cmd
+}
