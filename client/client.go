@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/propagation"
 	"io"
 	"net/http"
 	"net/url"
@@ -90,6 +91,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	// The caller's trace (if ctx carries one) continues on the server: an enqueue
+	// stores it, and the worker that runs the task joins it.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {

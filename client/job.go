@@ -34,6 +34,10 @@ type Job struct {
 	Timeout time.Duration
 	// WorkerID is the id of the worker running the job.
 	WorkerID string
+	// Traceparent is the W3C trace context of the enqueue ("" when none). The
+	// handler's context already carries it, so spans the handler starts join the
+	// producer's trace.
+	Traceparent string
 
 	result json.RawMessage
 }

@@ -22,6 +22,8 @@ type PolledTask struct {
 	LeaseExpiresAt      time.Time `json:"lease_expires_at"`
 	HeartbeatIntervalMs int64     `json:"heartbeat_interval_ms"`
 	TimeoutSeconds      *int      `json:"timeout_seconds"`
+	// Traceparent is the W3C trace context of the enqueue, when it had one.
+	Traceparent *string `json:"traceparent"`
 }
 
 // PollRequest asks for tasks (POST /workers/poll).

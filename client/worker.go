@@ -7,6 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -35,6 +39,10 @@ type WorkerConfig struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives the worker's warnings and errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, wraps each handler call in a "taskforge.handle" span,
+	// a child of the task's enqueue span. Without it the handler's context still
+	// carries the enqueue's trace context.
+	TracerProvider trace.TracerProvider
 }
 
 // maxPollTasks and maxPollWait are the server's limits for one poll.
@@ -270,7 +278,12 @@ func (r *runner) start(t PolledTask, recv, date time.Time) {
 	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken, stopHB: make(chan struct{})}
 	j.extend(recv, t.LeaseExpiresAt, date)
-	ctx, cancel := context.WithCancelCause(r.handlerBase)
+	base := r.handlerBase
+	if t.Traceparent != nil {
+		j.Traceparent = *t.Traceparent
+		base = propagation.TraceContext{}.Extract(base, propagation.MapCarrier{"traceparent": *t.Traceparent})
+	}
+	ctx, cancel := context.WithCancelCause(base)
 	j.cancel = cancel
 	stopTimeout := func() {}
 	if t.TimeoutSeconds != nil && *t.TimeoutSeconds > 0 {
@@ -300,6 +313,16 @@ func (r *runner) execute(ctx context.Context, j *job) {
 	var err error
 	if h == nil {
 		err = Permanent(fmt.Errorf("worker %s has no handler for queue %q", r.cfg.ID, j.Queue))
+	} else if r.cfg.TracerProvider != nil {
+		spanCtx, span := r.cfg.TracerProvider.Tracer("github.com/taskforge/taskforge/client").Start(ctx, "taskforge.handle",
+			trace.WithAttributes(attribute.String("taskforge.task_id", j.ID), attribute.String("taskforge.queue", j.Queue),
+				attribute.Int("taskforge.attempt", j.Attempt)))
+		err = invoke(spanCtx, h, j.Job)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+		span.End()
 	} else {
 		err = invoke(ctx, h, j.Job)
 	}
