@@ -251,7 +251,8 @@ const reclaimExpired = `WITH cur AS (
 		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
 	FROM cur WHERE t.id = cur.id
 	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
-		t.attempt_started_at, t.updated_at
+		-- attempts claimed before migration 0003 have no start on the task row
+		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at
 ), recorded AS (
 	UPDATE attempts a SET status = ended.outcome, finished_at = now(), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,10 +19,11 @@ import (
 
 // devOptions configure `taskforge dev`.
 type devOptions struct {
-	listen  string
-	dataDir string
-	fresh   bool
-	demo    bool
+	listen   string
+	dataDir  string
+	fresh    bool
+	demo     bool
+	logLevel string
 }
 
 func devCommand() *cobra.Command {
@@ -48,12 +47,16 @@ Ctrl-C stops everything, PostgreSQL included.`,
 	cmd.Flags().StringVar(&o.listen, "listen", envOr("TASKFORGE_LISTEN", "127.0.0.1:8080"), "HTTP listen address")
 	cmd.Flags().StringVar(&o.dataDir, "data-dir", ".taskforge", "where the embedded PostgreSQL keeps its data")
 	cmd.Flags().BoolVar(&o.fresh, "fresh", false, "delete the embedded PostgreSQL's data and start clean")
-	cmd.Flags().BoolVar(&o.demo, "demo", true, "create the demo queue, run the demo worker and enqueue demo tasks")
+	cmd.Flags().BoolVar(&o.demo, "demo", true, "create the demo queues, run the demo worker and enqueue demo tasks")
+	cmd.Flags().StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info (one line per task transition), warn, error")
 	return cmd
 }
 
 func runDev(ctx context.Context, o devOptions) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, err := newLogger("text", o.logLevel)
+	if err != nil {
+		return exitError{2, err}
+	}
 	cfg := server.Config{DatabaseURL: os.Getenv("DATABASE_URL"), RedisURL: os.Getenv("REDIS_URL"), Listen: o.listen}
 
 	if cfg.DatabaseURL == "" {
@@ -148,5 +151,3 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 	}
 	return nil
 }
-
-var errDemoStopped = errors.New("demo stopped")
