@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -220,11 +221,15 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		for i, e := range popped.Entries {
 			ids[i] = e.ID
 		}
+		crashpoint.Hit(crashpoint.AfterPop)
 		// Once popped, the ids must be claimed or given back even if the worker hangs up.
 		bg := context.WithoutCancel(ctx)
 		start := time.Now()
 		claimed, err := s.store.ClaimTasks(bg, ids, workerID, s.cfg.LeaseTimeout)
 		s.cfg.Telemetry.ObserveClaim(time.Since(start))
+		if err == nil && len(claimed) > 0 {
+			crashpoint.Hit(crashpoint.AfterClaimCommit)
+		}
 		if err != nil {
 			if perr := s.buf.Putback(bg, queue, popped.Entries); perr != nil {
 				s.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
@@ -385,6 +390,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	crashpoint.Hit(crashpoint.AfterAckCommit)
 	s.finished(c, t, req.WorkerID, "")
 	c.JSON(http.StatusOK, t)
 }

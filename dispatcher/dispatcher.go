@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -206,6 +207,9 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusClaimed})
 		d.cfg.Telemetry.TaskSpan("taskforge.dispatch", t.Traceparent,
 			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
+	}
+	if len(tasks) > 0 {
+		crashpoint.Hit(crashpoint.AfterDispatchCommit)
 	}
 	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
 	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {
