@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/taskforge/taskforge/storage"
 )
@@ -41,11 +43,14 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
+// errorDetail is the inside of an error body.
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
 type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Error errorDetail `json:"error"`
 }
 
 func invalid(format string, args ...any) *Error {
@@ -95,13 +100,24 @@ func toAPIError(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
 }
 
-// isUnavailable reports whether err means PostgreSQL or Redis could not be reached.
+// isUnavailable reports whether err means PostgreSQL or Redis could not be reached,
+// or cannot serve for now: callers should retry later (503), not report a bug (500).
 func isUnavailable(err error) bool {
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &connectErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
+		return true
+	// A connection that died mid-reply (server killed or restarted): pgx reports
+	// io.ErrUnexpectedEOF, go-redis io.EOF once its retries are spent.
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	// Redis up but refusing for now: loading its data after a restart, a failover
+	// under way, out of memory under noeviction, or its client pool exhausted.
+	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsMasterDownError(err),
+		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.IsOOMError(err),
+		redis.IsMaxClientsError(err), errors.Is(err, redis.ErrPoolTimeout):
 		return true
 	case errors.As(err, &pgErr):
 		// admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections

@@ -62,6 +62,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
+	acks   *ackCommitter
 	limits *ratelimit.Settings
 	engine *gin.Engine
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
@@ -83,8 +84,8 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Server {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
-		limits: ratelimit.NewSettings(store, log),
-		seen:   make(map[string]time.Time), draining: make(chan struct{})}
+		limits: ratelimit.NewSettings(store, log), acks: newAckCommitter(store),
+		seen: make(map[string]time.Time), draining: make(chan struct{})}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -127,6 +128,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.POST("/workers/poll", s.poll)
 	e.POST("/workers/heartbeat", s.heartbeat)
 	e.POST("/workers/ack", s.ack)
+	e.POST("/workers/ack/batch", s.ackBatch)
 	e.POST("/workers/nack", s.nack)
 	e.GET("/workers", s.listWorkers)
 	s.engine = e

@@ -385,14 +385,80 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	t, err := s.store.Ack(c, req.WorkerID, *req.TaskID, *req.LeaseToken, req.Result)
-	if err != nil {
-		s.fail(c, err)
+	res := s.acks.ack(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})[0]
+	if res.err != nil {
+		s.fail(c, res.err)
 		return
 	}
 	crashpoint.Hit(crashpoint.AfterAckCommit)
-	s.finished(c, t, req.WorkerID, "")
-	c.JSON(http.StatusOK, t)
+	s.finished(c, res.task, req.WorkerID, "")
+	c.JSON(http.StatusOK, res.task)
+}
+
+type ackBatchRequest struct {
+	WorkerID string `json:"worker_id"`
+	Acks     []struct {
+		TaskID     *uuid.UUID      `json:"task_id"`
+		LeaseToken *uuid.UUID      `json:"lease_token"`
+		Result     json.RawMessage `json:"result"`
+	} `json:"acks"`
+}
+
+// ackResult is one item of a batch ack's answer: the done task, or the error the
+// single ack would have returned.
+type ackResult struct {
+	TaskID uuid.UUID     `json:"task_id"`
+	Task   *storage.Task `json:"task,omitempty"`
+	Error  *errorDetail  `json:"error,omitempty"`
+}
+
+// ackBatch acks up to maxPollTasks tasks of one worker in one commit. Each item
+// succeeds or fails (lease_lost) on its own; the answer lists them in order.
+func (s *Server) ackBatch(c *gin.Context) {
+	var req ackBatchRequest
+	if err := decode(c, maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := validWorkerID(req.WorkerID); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if len(req.Acks) == 0 || len(req.Acks) > maxPollTasks {
+		s.fail(c, invalid("acks must hold 1 to %d items", maxPollTasks))
+		return
+	}
+	items := make([]storage.AckItem, len(req.Acks))
+	for i, a := range req.Acks {
+		if a.TaskID == nil || a.LeaseToken == nil {
+			s.fail(c, invalid("acks[%d]: task_id and lease_token are required", i))
+			return
+		}
+		if int64(len(a.Result)) > s.cfg.MaxPayloadBytes {
+			s.fail(c, tooLarge("acks[%d]: result is %d bytes; the limit is %d", i, len(a.Result), s.cfg.MaxPayloadBytes))
+			return
+		}
+		items[i] = storage.AckItem{TaskID: *a.TaskID, LeaseToken: *a.LeaseToken, WorkerID: req.WorkerID, Result: a.Result}
+	}
+	outcomes := s.acks.ack(c, items...)
+	crashpoint.Hit(crashpoint.AfterAckCommit)
+	results := make([]ackResult, len(outcomes))
+	for i, o := range outcomes {
+		results[i].TaskID = items[i].TaskID
+		if o.err != nil {
+			apiErr := toAPIError(o.err)
+			if apiErr.Status >= 500 {
+				s.fail(c, o.err) // the commit itself failed: nothing was acked
+				return
+			}
+			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
+			continue
+		}
+		t := o.task
+		results[i].Task = &t
+		s.finished(c, t, req.WorkerID, "")
+	}
+	c.JSON(http.StatusOK, gin.H{"results": results})
 }
 
 type nackRequest struct {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -426,5 +427,86 @@ func TestWorkersList(t *testing.T) {
 		out.Workers[0].CurrentTasks[0] != task.ID || out.Workers[0].Queues[0] != "q" || out.Workers[0].Stale ||
 		out.Workers[1].ID != "idle" || len(out.Workers[1].CurrentTasks) != 0 {
 		t.Fatalf("workers: %+v", out.Workers)
+	}
+}
+
+func TestBatchAckAndGroupCommit(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	tasks := make([]map[string]any, 60)
+	for i := range tasks {
+		tasks[i] = map[string]any{"payload": i}
+	}
+	s.Must(201, "POST", "/queues/q/tasks/batch", map[string]any{"tasks": tasks})
+	var got []testserver.Polled
+	for len(got) < 60 {
+		got = append(got, s.Poll("w", []string{"q"}, 30, 2000)...)
+	}
+
+	// A batch of 10 with one stale token and one foreign task: those two fail alone.
+	batch := []map[string]any{}
+	for _, p := range got[:10] {
+		batch = append(batch, map[string]any{"task_id": p.ID, "lease_token": p.LeaseToken, "result": map[string]any{"ok": p.ID}})
+	}
+	batch[3]["lease_token"] = "00000000-0000-4000-8000-000000000000"
+	batch = append(batch, map[string]any{"task_id": "0190a4a0-0000-7000-8000-000000000000", "lease_token": got[0].LeaseToken})
+	var out struct {
+		Results []struct {
+			TaskID string           `json:"task_id"`
+			Task   *testserver.Task `json:"task"`
+			Error  *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	s.Must(200, "POST", "/workers/ack/batch", map[string]any{"worker_id": "w", "acks": batch}).JSON(t, &out)
+	if len(out.Results) != 11 {
+		t.Fatalf("%d results for 11 acks", len(out.Results))
+	}
+	for i, r := range out.Results {
+		failed := i == 3 || i == 10
+		switch {
+		case failed && (r.Error == nil || r.Error.Code != "lease_lost" || r.Task != nil):
+			t.Errorf("ack %d should fail with lease_lost: %+v", i, r)
+		case !failed && (r.Error != nil || r.Task == nil || r.Task.Status != "done" || r.Task.ID != got[i].ID):
+			t.Errorf("ack %d should succeed: %+v", i, r)
+		}
+	}
+	if st := s.Task("q", got[3].ID).Status; st != "executing" {
+		t.Fatalf("the stale-token ack changed its task: %s", st)
+	}
+
+	// 50 concurrent single acks (group-committed) each get their own answer; repeats get 409.
+	var wg sync.WaitGroup
+	codes := make([]int, 100)
+	for i, p := range got[10:] {
+		for j := 0; j < 2; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				codes[2*i+j] = s.Ack("w", p).Status
+			}()
+		}
+	}
+	wg.Wait()
+	for i := 0; i < 50; i++ {
+		if a, b := codes[2*i], codes[2*i+1]; !(a == 200 && b == 409 || a == 409 && b == 200) {
+			t.Fatalf("task %d acked twice concurrently: statuses %d and %d, want one 200 and one 409", i, a, b)
+		}
+	}
+	for _, p := range got[10:] {
+		if h := s.Task("q", p.ID).AttemptHistory; len(h) != 1 || h[0].Status != "succeeded" {
+			t.Fatalf("history of %s: %+v", p.ID, h)
+		}
+	}
+	for _, bad := range []any{
+		map[string]any{"worker_id": "w", "acks": []any{}},
+		map[string]any{"worker_id": "w", "acks": []any{map[string]any{"task_id": got[3].ID}}},
+		map[string]any{"acks": []any{map[string]any{"task_id": got[3].ID, "lease_token": got[3].LeaseToken}}},
+	} {
+		if resp := s.Do("POST", "/workers/ack/batch", bad); resp.Status != 400 {
+			t.Errorf("bad batch %v: %d", bad, resp.Status)
+		}
 	}
 }

@@ -97,12 +97,52 @@ func (s *Store) RecordWorker(ctx context.Context, workerID string, queues []stri
 // Ack records that the current attempt succeeded and the task is done. It returns
 // ErrLeaseLost, changing nothing, unless token is the current, unexpired lease.
 func (s *Store) Ack(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (Task, error) {
-	rows, err := s.pool.Query(ctx, ackTask, taskID, token, workerID, nullJSON(result))
-	t, err := one[Task](rows, err, ErrLeaseLost)
+	acked, err := s.AckMany(ctx, []AckItem{{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result}})
 	if err != nil {
-		return Task{}, fmt.Errorf("ack task %s: %w", taskID, err)
+		return Task{}, err
+	}
+	t, ok := acked[taskID]
+	if !ok {
+		return Task{}, fmt.Errorf("ack task %s: %w", taskID, ErrLeaseLost)
 	}
 	return t, nil
+}
+
+// AckItem is one ack of a batch.
+type AckItem struct {
+	TaskID     uuid.UUID
+	LeaseToken uuid.UUID
+	WorkerID   string
+	Result     json.RawMessage
+}
+
+// AckMany acks a batch in one statement and returns the tasks it marked done, keyed
+// by id. An item whose lease is not held changes nothing and has no entry.
+func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
+	ids := make([]uuid.UUID, len(items))
+	tokens := make([]uuid.UUID, len(items))
+	workers := make([]string, len(items))
+	results := make([]*string, len(items))
+	for i, it := range items {
+		ids[i], tokens[i], workers[i] = it.TaskID, it.LeaseToken, it.WorkerID
+		if len(it.Result) > 0 {
+			r := string(it.Result)
+			results[i] = &r
+		}
+	}
+	rows, err := s.pool.Query(ctx, ackTasks, ids, tokens, workers, results)
+	if err != nil {
+		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+	}
+	acked, err := collectTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+	}
+	out := make(map[uuid.UUID]Task, len(acked))
+	for _, t := range acked {
+		out[t.ID] = t
+	}
+	return out, nil
 }
 
 // Nack records that the current attempt failed. The task retries after the queue's
@@ -176,12 +216,4 @@ func (s *Store) ListWorkers(ctx context.Context, staleAfter time.Duration) ([]Wo
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
 	return out, nil
-}
-
-// nullJSON binds an absent result as SQL NULL.
-func nullJSON(v json.RawMessage) any {
-	if len(v) == 0 {
-		return nil
-	}
-	return string(v)
 }

@@ -181,10 +181,17 @@ const upsertWorker = `INSERT INTO workers (id, queues, last_heartbeat_at) VALUES
 ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
 	queues = CASE WHEN cardinality(EXCLUDED.queues) > 0 THEN EXCLUDED.queues ELSE workers.queues END`
 
-const ackTask = `WITH acked AS (
-	UPDATE tasks t SET status = 'done', result = $4, finished_at = now(), updated_at = now(),
+// ackTasks acks a batch: each input row (task, token, worker, result) whose lease is
+// held marks its task done and its attempt succeeded. Rows whose lease is not held
+// change nothing and are simply absent from the result.
+const ackTasks = `WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
+), acked AS (
+	UPDATE tasks t SET status = 'done', result = i.result::jsonb, finished_at = now(), updated_at = now(),
 		lease_expires_at = NULL, deadline_at = NULL
-	WHERE ` + leaseHeld + `
+	FROM input i
+	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
+		AND t.status = 'executing' AND t.lease_expires_at > now()
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	UPDATE attempts a SET status = 'succeeded', finished_at = now()
