@@ -114,6 +114,59 @@ func (c *Client) Ack(ctx context.Context, workerID, taskID, leaseToken string, r
 	return &out, nil
 }
 
+// AckItem is one ack of a batch.
+type AckItem struct {
+	TaskID     string
+	LeaseToken string
+	Result     json.RawMessage // optional
+}
+
+// AckResult is the outcome of one ack of a batch: Task when it was acked, Err
+// (matching ErrLeaseLost) when it was refused.
+type AckResult struct {
+	TaskID string
+	Task   *Task
+	Err    error
+}
+
+// AckBatch acks up to 100 tasks of one worker in one request (POST
+// /workers/ack/batch), committed together on the server. Items succeed or fail on
+// their own; the error is for the request as a whole (nothing was acked).
+func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem) ([]AckResult, error) {
+	acks := make([]map[string]any, len(items))
+	for i, it := range items {
+		acks[i] = map[string]any{"task_id": it.TaskID, "lease_token": it.LeaseToken}
+		if len(it.Result) > 0 {
+			acks[i]["result"] = it.Result
+		}
+	}
+	var out struct {
+		Results []struct {
+			TaskID string `json:"task_id"`
+			Task   *Task  `json:"task"`
+			Error  *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, map[string]any{"worker_id": workerID, "acks": acks}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+	}
+	if len(out.Results) != len(items) {
+		return nil, fmt.Errorf("ack %d tasks: server answered %d results (status %d)", len(items), len(out.Results), status)
+	}
+	results := make([]AckResult, len(items))
+	for i, r := range out.Results {
+		results[i] = AckResult{TaskID: r.TaskID, Task: r.Task}
+		if r.Error != nil {
+			results[i].Err = fmt.Errorf("ack task %s: %w", r.TaskID, &APIError{Status: http.StatusConflict, Code: r.Error.Code, Message: r.Error.Message})
+		}
+	}
+	return results, nil
+}
+
 // NackRequest reports a failed attempt (POST /workers/nack).
 type NackRequest struct {
 	WorkerID   string

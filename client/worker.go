@@ -177,6 +177,11 @@ type runner struct {
 	active    map[*job]struct{} // tasks held: running, or being reported
 	wg        sync.WaitGroup    // one count per active job
 	slotFreed chan struct{}     // signalled when a job leaves active
+
+	// Acks of tasks that finish together go out in one batch request.
+	ackMu      sync.Mutex
+	ackQueue   []*job
+	ackSending bool
 }
 
 // job is one task held by the worker.
@@ -337,7 +342,8 @@ func (r *runner) execute(ctx context.Context, j *job) {
 	case j.lost.Load():
 		log.Warn("task not reported: its lease was lost, so another worker may run it", "handler_err", err)
 	case err == nil:
-		r.ack(j, log)
+		r.ack(j) // marks j done once the ack is delivered
+		return
 	default:
 		n := NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
 			Error: errorText(err), Permanent: IsPermanent(err)}
@@ -355,7 +361,64 @@ func (r *runner) execute(ctx context.Context, j *job) {
 	r.done(j)
 }
 
-func (r *runner) ack(j *job, log *slog.Logger) {
+// ack reports j done. Acks of tasks finishing while another batch is in flight are
+// sent together (POST /workers/ack/batch): the first caller to find no batch in
+// flight sends everything queued, batch after batch. An ack the batch could not
+// deliver goes the single-ack way, with its retries.
+func (r *runner) ack(j *job) {
+	r.ackMu.Lock()
+	r.ackQueue = append(r.ackQueue, j)
+	lead := !r.ackSending
+	r.ackSending = true
+	r.ackMu.Unlock()
+	if !lead {
+		return // the sender in flight takes it (and reports it done)
+	}
+	for {
+		r.ackMu.Lock()
+		n := min(len(r.ackQueue), maxPollTasks)
+		if n == 0 {
+			r.ackSending = false
+			r.ackMu.Unlock()
+			return
+		}
+		batch := r.ackQueue[:n:n]
+		r.ackQueue = r.ackQueue[n:]
+		r.ackMu.Unlock()
+		r.ackBatch(batch)
+	}
+}
+
+// ackBatch sends one batch of acks and marks each job done.
+func (r *runner) ackBatch(batch []*job) {
+	logOf := func(j *job) *slog.Logger {
+		return r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
+	}
+	if len(batch) == 1 {
+		r.ackOne(batch[0], logOf(batch[0]))
+		r.done(batch[0])
+		return
+	}
+	items := make([]AckItem, len(batch))
+	for i, j := range batch {
+		items[i] = AckItem{TaskID: j.ID, LeaseToken: j.leaseToken, Result: j.result}
+	}
+	ctx, cancel := context.WithTimeout(r.bg, 10*time.Second)
+	results, err := r.c.AckBatch(ctx, r.cfg.ID, items)
+	cancel()
+	for i, j := range batch {
+		switch {
+		case err != nil: // not delivered as a batch: one by one, with retries
+			r.ackOne(j, logOf(j))
+		case results[i].Err != nil:
+			logOf(j).Warn("ack refused: the lease was lost, so another worker may run the task", "err", results[i].Err)
+		}
+		r.done(j)
+	}
+}
+
+// ackOne acks j alone, retrying through outages.
+func (r *runner) ackOne(j *job, log *slog.Logger) {
 	var tooLarge error
 	r.send(j, log, "ack", func(ctx context.Context) error {
 		_, err := r.c.Ack(ctx, r.cfg.ID, j.ID, j.leaseToken, j.result)
