@@ -42,6 +42,10 @@ type Config struct {
 	WakeFallback time.Duration
 	// Telemetry receives metrics and transition logs; nil disables them.
 	Telemetry *telemetry.Telemetry
+	// TrustedOrigins may send state-changing requests cross-origin (a reverse proxy
+	// that serves the dashboard under another host); every other cross-site browser
+	// request that changes state is refused.
+	TrustedOrigins []string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -81,7 +85,7 @@ type Server struct {
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // New returns a Server. Call Run to receive wake-ups and Handler to serve.
-func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Server {
+func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
 		limits: ratelimit.NewSettings(store, log), acks: newAckCommitter(store),
@@ -89,7 +93,11 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.cfg.Telemetry.Middleware(), gin.CustomRecovery(logRecovered(log)))
+	guard, err := s.crossOriginGuard(s.cfg.TrustedOrigins)
+	if err != nil {
+		return nil, err
+	}
+	e.Use(s.cfg.Telemetry.Middleware(), gin.CustomRecovery(logRecovered(log)), guard)
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route"})
 	})
@@ -132,7 +140,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.POST("/workers/nack", s.nack)
 	e.GET("/workers", s.listWorkers)
 	s.engine = e
-	return s
+	return s, nil
 }
 
 // ReleaseSlots frees the concurrency slots of tasks that stopped executing without

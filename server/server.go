@@ -21,6 +21,7 @@ import (
 
 	"github.com/taskforge/taskforge/api"
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
@@ -52,6 +53,8 @@ type Config struct {
 	DBMaxConns int32
 	// TracerProvider receives spans; nil means none (see telemetry.TracerFromEnv).
 	TracerProvider trace.TracerProvider
+	// TrustedOrigins may make state-changing browser requests from another origin.
+	TrustedOrigins []string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -142,11 +145,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
-	s.API = api.New(s.Store, s.Buffer, api.Config{
+	s.API, err = api.New(s.Store, s.Buffer, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
-		Telemetry: s.Telemetry,
+		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins,
 	}, log.With("component", "api"))
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry},
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,6 +65,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", maxPayload, "largest task payload or result ($TASKFORGE_MAX_PAYLOAD_BYTES)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", envOr("TASKFORGE_REDIS_PREFIX", "taskforge"), "prefix of every Redis key ($TASKFORGE_REDIS_PREFIX)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
+	var trusted []string
+	if v := envOr("TASKFORGE_TRUSTED_ORIGINS", ""); v != "" {
+		trusted = strings.Split(v, ",")
+	}
+	fs.StringSliceVar(&c.TrustedOrigins, "trusted-origin", trusted,
+		"origin allowed to make state-changing browser requests from elsewhere, e.g. a proxy's https://ops.example.com ($TASKFORGE_TRUSTED_ORIGINS, comma-separated)")
 	fs.StringVar(&f.logFormat, "log-format", envOr("TASKFORGE_LOG_FORMAT", "json"), "log format: json or text ($TASKFORGE_LOG_FORMAT)")
 	fs.StringVar(&f.logLevel, "log-level", envOr("TASKFORGE_LOG_LEVEL", "info"), "log level: debug, info, warn, error ($TASKFORGE_LOG_LEVEL)")
 }

@@ -1,0 +1,328 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/server"
+)
+
+// Laptop viewport of the browser tests.
+const (
+	viewWidth  = 1366
+	viewHeight = 860
+)
+
+// TestBrowser drives the dashboard in headless Chromium against real replicas
+// (PostgreSQL and Redis). All subtests share one browser, each in its own tab, on
+// its own replica and database.
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	browser := startBrowser(t)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *env)
+		srv  func(*testing.T) *testserver.Instance
+	}{
+		{"OverviewUpdatesLiveWithoutReload", testOverviewUpdatesLive, nil},
+		{"ReplayDeadTaskByClicking", testReplayDeadTask, nil},
+		{"PauseQueueFromPage", testPauseQueue, nil},
+		{"EditQueueSettings", testEditSettings, nil},
+		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
+		{"CancelFromInspector", testCancelFromInspector, nil},
+		{"UserStringsRenderInert", testUserStringsRenderInert, nil},
+		{"Screenshots", testScreenshots, startFastHeartbeats},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			start := startReplica
+			if tc.srv != nil {
+				start = tc.srv
+			}
+			srv := start(t)
+			tc.run(t, &env{t: t, browser: browser, srv: srv})
+		})
+	}
+}
+
+func startReplica(t *testing.T) *testserver.Instance {
+	return testserver.Start(t, testserver.Options{})
+}
+
+// startFastHeartbeats runs a replica whose workers turn stale after 1.5 s but keep
+// their leases for two minutes.
+func startFastHeartbeats(t *testing.T) *testserver.Instance {
+	return testserver.Start(t, testserver.Options{Configure: func(c *server.Config) {
+		c.HeartbeatInterval = 500 * time.Millisecond
+		c.LeaseTimeout = 2 * time.Minute
+	}})
+}
+
+// env is what a browser subtest works with: the shared browser and its replica.
+type env struct {
+	t       *testing.T
+	browser context.Context
+	srv     *testserver.Instance
+}
+
+// open opens a laptop-sized tab on the replica's dashboard at fragment.
+func (e *env) open(fragment string) *tab {
+	e.t.Helper()
+	return openTab(e.t, e.browser, e.srv, fragment, viewWidth, viewHeight)
+}
+
+// pollOne polls one task of queue as worker, waiting up to 5 s for it.
+func pollOne(t *testing.T, s *testserver.Instance, worker, queue string) testserver.Polled {
+	t.Helper()
+	got := s.Poll(worker, []string{queue}, 1, 5000)
+	if len(got) != 1 {
+		t.Fatalf("poll %s as %s: got %d tasks, want 1", queue, worker, len(got))
+	}
+	return got[0]
+}
+
+// makeDead enqueues payload on queue and fails it permanently as worker.
+func makeDead(t *testing.T, s *testserver.Instance, queue string, payload any, worker, errText string) testserver.Task {
+	t.Helper()
+	task := s.Enqueue(queue, map[string]any{"payload": payload})
+	p := pollOne(t, s, worker, queue)
+	if p.ID != task.ID {
+		t.Fatalf("polled %s, want %s", p.ID, task.ID)
+	}
+	if resp := s.Nack(worker, p, errText, map[string]any{"retryable": false}); resp.Status != http.StatusOK {
+		t.Fatalf("nack: %d %s", resp.Status, resp.Body)
+	}
+	return s.Task(queue, task.ID)
+}
+
+// The overview's counts follow an enqueue through the live feed: no reload, and
+// no request from the page other than the event stream.
+func testOverviewUpdatesLive(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("orders", nil)
+	page := e.open("#/overview")
+	row := `#queues tr[data-queue="orders"]`
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="pending"]')?.textContent === '0'`, row), "the orders row")
+
+	// The keyboard reaches the skip link first; it moves the focus without routing.
+	page.do(chromedp.KeyEvent(kb.Tab))
+	page.waitJS(`document.activeElement.classList.contains('skip')`, "the skip link focused")
+	page.do(chromedp.KeyEvent(kb.Enter))
+	page.waitJS(`document.activeElement.id === 'main' && location.hash === '#/overview'`, "the focus on the content")
+	page.do(chromedp.Evaluate[chromedp.Void](`window.__sameDocument = true; performance.clearResourceTimings()`))
+
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for i := range 3 {
+		s.Enqueue("orders", map[string]any{"payload": map[string]any{"order": i}, "scheduled_at": later})
+	}
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="pending"]').textContent === '3'`, row), "pending = 3 on the page")
+	page.waitJS(`document.querySelector('[data-tile="backlog"] .tile-value').textContent === '3'`, "backlog tile = 3")
+
+	if !eval[bool](page, `window.__sameDocument === true`) {
+		t.Fatal("the page reloaded")
+	}
+	requests := eval[[]string](page, `performance.getEntriesByType('resource').filter(e => e.initiatorType === 'fetch' || e.initiatorType === 'xmlhttprequest').map(e => e.name)`)
+	if len(requests) > 0 {
+		t.Fatalf("the page polled: %v", requests)
+	}
+	page.screenshot("test-overview-live", false)
+	page.checkClean()
+}
+
+// A dead task is replayed from the dead-letter browser (confirmed with the
+// keyboard); the new task is linked, and the API agrees. Two more are replayed
+// in bulk, and one is discarded (after a cancelled first try).
+func testReplayDeadTask(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("billing", map[string]any{"max_retries": 0})
+	dead := makeDead(t, s, "billing", map[string]any{"invoice": 42}, "worker-1", "card declined")
+	more := []testserver.Task{
+		makeDead(t, s, "billing", map[string]any{"invoice": 43}, "worker-1", "card declined"),
+		makeDead(t, s, "billing", map[string]any{"invoice": 44}, "worker-1", "card declined"),
+	}
+
+	page := e.open("#/dlq?queue=billing")
+	row := fmt.Sprintf(`#dlq-list tr[data-task="%s"]`, dead.ID)
+	page.click(row + ` button[data-action="replay"]`)
+	page.waitJS(`document.querySelector('dialog.confirm[open]') !== null`, "the confirmation")
+	page.do(chromedp.KeyEvent(kb.Enter)) // the focused button is Replay
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s a.new-task') !== null`, row), "the link to the new task")
+
+	href := eval[string](page, fmt.Sprintf(`document.querySelector('%s a.new-task').getAttribute('href')`, row))
+	newID := href[strings.LastIndex(href, "=")+1:]
+	after := s.Task("billing", dead.ID)
+	if after.Status != "dead" || after.ReplayCount != 1 || after.ReplayedAt == nil {
+		t.Fatalf("dead task after replay: status %s, replay_count %d", after.Status, after.ReplayCount)
+	}
+	replayed := s.Task("billing", newID)
+	var payload map[string]int
+	if err := json.Unmarshal(replayed.Payload, &payload); err != nil || payload["invoice"] != 42 ||
+		replayed.ReplayedFrom == nil || *replayed.ReplayedFrom != dead.ID {
+		t.Fatalf("new task %s: replayed_from %v, payload %s", newID, replayed.ReplayedFrom, replayed.Payload)
+	}
+	if got := page.text(row + " td.replays .replay-count"); got != "1×" {
+		t.Fatalf("replay count shown %q, want 1×", got)
+	}
+
+	// Bulk: the two others, selected and replayed together; then one discarded.
+	for _, d := range more {
+		page.click(fmt.Sprintf(`#dlq-list tr[data-task="%s"] input[type="checkbox"]`, d.ID))
+	}
+	page.waitJS(`document.getElementById('replay-selected').textContent === 'Replay selected (2)'`, "two selected")
+	page.click("#replay-selected")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	page.waitJS(fmt.Sprintf(`document.querySelectorAll('#dlq-list tr[data-task="%s"] a.new-task, #dlq-list tr[data-task="%s"] a.new-task').length === 2`, more[0].ID, more[1].ID), "links to both new tasks")
+	for _, d := range more {
+		if got := s.Task("billing", d.ID); got.ReplayCount != 1 {
+			t.Errorf("bulk-replayed %s: replay_count %d", d.ID, got.ReplayCount)
+		}
+	}
+	page.click(fmt.Sprintf(`#dlq-list tr[data-task="%s"] button[data-action="discard"]`, more[1].ID))
+	page.do(chromedp.KeyEvent(kb.Escape)) // the focus starts on Cancel; Escape cancels too
+	page.waitJS(`document.querySelector('dialog.confirm') === null`, "the dialog closed")
+	if r := s.Do("GET", "/queues/billing/tasks/"+more[1].ID, nil); r.Status != http.StatusOK {
+		t.Fatalf("a cancelled discard discarded: %d", r.Status)
+	}
+	page.click(fmt.Sprintf(`#dlq-list tr[data-task="%s"] button[data-action="discard"]`, more[1].ID))
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	page.waitJS(fmt.Sprintf(`document.querySelector('#dlq-list tr[data-task="%s"]') === null`, more[1].ID), "the row gone")
+	if r := s.Do("GET", "/queues/billing/tasks/"+more[1].ID, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("discarded task still there: %d", r.Status)
+	}
+
+	// The link opens the new task in the inspector.
+	page.click(row + " a.new-task")
+	page.waitJS(fmt.Sprintf(`document.getElementById('detail-id')?.textContent === %q`, newID), "the new task in the inspector")
+	page.screenshot("test-replayed", false)
+	page.checkClean()
+}
+
+// A queue is paused with one key press on the overview's Pause button; the API
+// reports it paused and the page shows it.
+func testPauseQueue(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("emails", nil)
+	page := e.open("#/overview")
+	button := `#queues tr[data-queue="emails"] button[data-action="pause"]`
+	page.do(chromedp.WaitVisible(chromedp.CSS(button)), chromedp.Focus(chromedp.CSS(button)), chromedp.KeyEvent(kb.Enter)) // by keyboard
+
+	testserver.Eventually(t, 5*time.Second, "the API to report emails paused", func() bool {
+		var q struct {
+			Paused bool `json:"paused"`
+		}
+		s.Must(http.StatusOK, "GET", "/queues/emails", nil).JSON(t, &q)
+		return q.Paused
+	})
+	page.waitJS(`document.querySelector('#queues tr[data-queue="emails"] td[data-col="state"]').textContent === 'paused'`, "the paused badge")
+	page.waitJS(`document.querySelector('#queues tr[data-queue="emails"] button.btn').textContent === 'Resume'`, "the Resume button")
+	page.checkClean()
+}
+
+// Settings saved from the page reach the API; only the fields changed are sent,
+// and an invalid value shows the API's message.
+func testEditSettings(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("imports", map[string]any{"max_retries": 7})
+	page := e.open("#/settings?queue=imports")
+	page.waitJS(`document.getElementById('s-max_retries')?.value === '7'`, "the form")
+	page.do(chromedp.SetValue(chromedp.CSS("#s-rate_limit"), "25"), chromedp.SetValue(chromedp.CSS("#s-rate_burst"), "5"))
+	page.click("#save-settings")
+	testserver.Eventually(t, 5*time.Second, "the new rate limit", func() bool {
+		var q struct {
+			RateLimit  *float64 `json:"rate_limit"`
+			RateBurst  *int     `json:"rate_burst"`
+			MaxRetries int      `json:"max_retries"`
+		}
+		s.Must(http.StatusOK, "GET", "/queues/imports", nil).JSON(t, &q)
+		return q.RateLimit != nil && *q.RateLimit == 25 && q.RateBurst != nil && *q.RateBurst == 5 && q.MaxRetries == 7
+	})
+	page.do(chromedp.SetValue(chromedp.CSS("#s-max_retries"), "500"))
+	page.click("#save-settings")
+	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")
+	page.checkClean("status of 400") // the refused PATCH
+}
+
+// The inspector shows a task's three attempts as a timeline: two failures on
+// different workers with their errors, then the success, and the result.
+func testInspectorAttempts(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("reports", map[string]any{"max_retries": 2})
+	task := s.Enqueue("reports", map[string]any{"payload": json.RawMessage(`{"report": "weekly", "big": 12345678901234567890}`)})
+	for i, worker := range []string{"worker-a", "worker-b", "worker-c"} {
+		p := pollOne(t, s, worker, "reports")
+		if p.Attempt != i+1 {
+			t.Fatalf("attempt %d, want %d", p.Attempt, i+1)
+		}
+		var resp testserver.Response
+		if i < 2 {
+			resp = s.Nack(worker, p, fmt.Sprintf("timeout talking to storage (try %d)", i+1), map[string]any{"retry_after_ms": 0})
+		} else {
+			resp = s.Do("POST", "/workers/ack", map[string]any{"worker_id": worker, "task_id": p.ID,
+				"lease_token": p.LeaseToken, "result": map[string]any{"rows": 1024}})
+		}
+		if resp.Status != http.StatusOK {
+			t.Fatalf("attempt %d: %d %s", i+1, resp.Status, resp.Body)
+		}
+	}
+	// 30 more tasks, for paging.
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for i := range 30 {
+		s.Enqueue("reports", map[string]any{"payload": map[string]any{"n": i}, "scheduled_at": later})
+	}
+
+	page := e.open(fmt.Sprintf("#/tasks?queue=reports&task=%s", task.ID))
+	page.waitJS(`document.querySelectorAll('#attempts li').length === 3`, "three attempts")
+	got := eval[[]string](page, `[...document.querySelectorAll('#attempts li')].map(li => li.dataset.status + ' ' + li.querySelector('.tl-worker').textContent + ' ' + (li.querySelector('.tl-error')?.textContent || '-'))`)
+	want := []string{
+		"failed worker-a timeout talking to storage (try 1)",
+		"failed worker-b timeout talking to storage (try 2)",
+		"succeeded worker-c -",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("attempt timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	detail := page.text("#task-detail")
+	for _, s := range []string{`"report": "weekly"`, `"big": 12345678901234567890`, `"rows": 1024`, "3 of at most 3"} {
+		if !strings.Contains(detail, s) {
+			t.Errorf("task detail lacks %q", s)
+		}
+	}
+	page.screenshot("test-inspector-attempts", false)
+
+	// Paging: 25 of the 31 tasks, then the rest.
+	page.do(chromedp.Navigate(s.URL + "/admin/#/tasks?queue=reports&limit=25"))
+	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 25`, "the first page of 25")
+	page.click("#load-more")
+	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 31 && document.getElementById('load-more').hidden`, "all 31 tasks")
+
+	// Filters: status and worker.
+	page.do(chromedp.SetValue(chromedp.CSS("#f-status"), "done"), chromedp.SetValue(chromedp.CSS("#f-worker"), "worker-c"))
+	page.click(`#task-filters button[type="submit"]`)
+	page.waitJS(fmt.Sprintf(`(() => { const rows = document.querySelectorAll('#task-list tbody tr'); return rows.length === 1 && rows[0].dataset.task === %q })()`, task.ID), "only the done task of worker-c")
+	page.checkClean()
+}
+
+// A pending task is cancelled from the inspector after a confirmation.
+func testCancelFromInspector(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("cleanup", nil)
+	task := s.Enqueue("cleanup", map[string]any{"payload": "sweep", "scheduled_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	page := e.open(fmt.Sprintf("#/tasks?queue=cleanup&task=%s", task.ID))
+	page.click("#cancel-task")
+	page.waitJS(`document.querySelector('dialog.confirm[open]') !== null`, "the confirmation")
+	page.click(`dialog.confirm button[value="ok"]`)
+	testserver.Eventually(t, 5*time.Second, "the task to be cancelled", func() bool {
+		return s.Task("cleanup", task.ID).Status == "cancelled"
+	})
+	page.waitJS(`document.querySelector('#task-detail .detail-status')?.textContent.includes('cancelled')`, "the cancelled badge")
+	page.checkClean()
+}

@@ -1,0 +1,186 @@
+// Queue settings: rate limit, burst, concurrency, retries and backoff, and
+// pause/resume, saved with PATCH /queues/:name.
+import { h, replace, setText, hashLink } from '../dom.js';
+import { api, q } from '../api.js';
+import { store, queueNames, findQueue } from '../live.js';
+import * as fmt from '../format.js';
+import { empty, toast, busy, field, queueSelect, fillQueueSelect, errorBox } from '../ui.js';
+
+// Each editable field: API name, label, hint, optional (empty = null), integer.
+const fields = [
+  { name: 'rate_limit', label: 'Rate limit (tasks/s)', hint: 'Empty: unlimited.', optional: true, step: 'any', min: '0' },
+  { name: 'rate_burst', label: 'Burst', hint: 'Tasks allowed at once above the rate. Empty: ceil(rate limit).', optional: true, int: true, min: '1' },
+  { name: 'max_concurrency', label: 'Max concurrency', hint: 'Tasks executing at once. Empty: unlimited.', optional: true, int: true, min: '1' },
+  { name: 'max_retries', label: 'Max retries', hint: 'Retries after the first attempt (0 to 100).', int: true, min: '0', max: '100' },
+  { name: 'backoff_base_ms', label: 'Backoff base (ms)', hint: 'Delay before the first retry; doubles each time.', int: true, min: '0' },
+  { name: 'backoff_max_ms', label: 'Backoff max (ms)', hint: 'Longest delay between retries.', int: true, min: '1' },
+  { name: 'priority_aging_ms', label: 'Priority aging (ms)', hint: 'Waiting this long counts as one priority level. Empty: strict priority.', optional: true, int: true, min: '1', placeholder: 'strict' },
+];
+
+export function settings() {
+  let name = '';
+  let dirty = false;
+  let base = {}; // the values the form was filled with: PATCH sends only changes
+  const queue = queueSelect([], '', { id: 's-queue' });
+  const inputs = {};
+  const controls = fields.map((f) => {
+    const input = h('input', { id: 's-' + f.name, name: f.name, type: 'number', step: f.step || '1', min: f.min, max: f.max, inputmode: f.int ? 'numeric' : 'decimal' });
+    if (f.optional) input.placeholder = f.placeholder || (f.name === 'rate_burst' ? 'default' : 'unlimited');
+    else input.required = true;
+    input.addEventListener('input', () => { dirty = true; status(); });
+    inputs[f.name] = input;
+    return field(f.label, input, f.hint);
+  });
+  const save = h('button', { type: 'submit', class: 'btn btn-primary', id: 'save-settings', text: 'Save changes' });
+  const revert = h('button', { type: 'button', class: 'btn btn-ghost', text: 'Revert' });
+  const state = h('span', { class: 'muted small', id: 'settings-state' });
+  const problem = h('div');
+  const form = h('form', { class: 'settings-form', id: 'settings-form', 'aria-label': 'Queue settings', novalidate: true },
+    h('div', { class: 'settings-grid' }, controls),
+    problem,
+    h('div', { class: 'form-actions' }, save, revert, state));
+
+  const pauseState = h('div', { class: 'pause-state' });
+  const pause = h('button', { type: 'button', class: 'btn', id: 'pause-toggle' });
+  const current = h('dl', { class: 'kv kv-inline' });
+  const body = h('div', { class: 'settings-body' },
+    h('section', { class: 'card pause-card', 'aria-label': 'Pause or resume' }, pauseState, pause),
+    h('section', { class: 'card', 'aria-labelledby': 'settings-title' },
+      h('h2', { class: 'card-title', id: 'settings-title', text: 'Flow control and retries' }), form),
+    h('section', { class: 'card', 'aria-label': 'Current load' }, h('h2', { class: 'card-title', text: 'Now' }), current));
+  const none = empty('No queues yet.', 'Create one with POST /queues; its settings can be edited here.');
+  const missing = h('div', { hidden: true });
+  const root = h('div', { class: 'view view-settings' },
+    h('div', { class: 'view-head' }, h('h1', { text: 'Queue settings' }),
+      h('label', { class: 'inline', for: 's-queue' }, h('span', { class: 'muted', text: 'Queue' }), queue)),
+    body, none, missing);
+
+  queue.addEventListener('change', () => { location.hash = hashLink('settings', { queue: queue.value }); });
+  revert.addEventListener('click', () => { dirty = false; fill(findQueue(name)); status(); });
+  pause.addEventListener('click', () => togglePause());
+  form.addEventListener('submit', (e) => { e.preventDefault(); saveChanges(); });
+
+  function fill(qs) {
+    if (!qs) return;
+    base = {};
+    for (const f of fields) {
+      const v = qs[f.name];
+      base[f.name] = v === undefined ? undefined : v;
+      inputs[f.name].value = v === null || v === undefined ? '' : String(v);
+      // A server without this setting does not get it.
+      inputs[f.name].closest('.field').hidden = !(f.name in qs);
+    }
+    replace(problem);
+  }
+
+  function status() { setText(state, dirty ? 'Unsaved changes' : 'Saved values shown'); }
+
+  function body_() {
+    const out = {};
+    for (const f of fields) {
+      if (base[f.name] === undefined) continue;
+      const raw = inputs[f.name].value.trim();
+      if (raw === '') {
+        if (!f.optional) throw new Error(`${f.label} is required.`);
+        out[f.name] = null;
+        continue;
+      }
+      const n = Number(raw);
+      if (!Number.isFinite(n) || (f.int && !Number.isInteger(n))) throw new Error(`${f.label} must be ${f.int ? 'a whole number' : 'a number'}.`);
+      out[f.name] = n;
+    }
+    for (const k of Object.keys(out)) if (out[k] === base[k]) delete out[k];
+    return out;
+  }
+
+  async function saveChanges() {
+    let patch;
+    try { patch = body_(); } catch (err) { replace(problem, errorBox(err)); return; }
+    if (Object.keys(patch).length === 0) {
+      dirty = false;
+      status();
+      toast('Nothing changed.');
+      return;
+    }
+    await busy(save, async () => {
+      try {
+        const qs = await api('PATCH', `/queues/${q(name)}`, patch);
+        dirty = false;
+        fill(qs);
+        status();
+        toast(`Saved ${Object.keys(patch).join(', ')} of ${name}; every replica applies them within a second.`);
+      } catch (err) {
+        replace(problem, errorBox(err));
+      }
+    });
+  }
+
+  async function togglePause() {
+    const qs = findQueue(name);
+    const paused = !(pause.dataset.paused === 'true');
+    await busy(pause, async () => {
+      try {
+        const res = await api('PATCH', `/queues/${q(name)}`, { paused });
+        showPause(res.paused);
+        toast(res.paused ? `Paused ${name}.` : `Resumed ${name}.`);
+      } catch (err) {
+        toast('Could not change: ' + err.message, { kind: 'bad' });
+        if (qs) showPause(qs.paused);
+      }
+    });
+    setText(pause, pause.dataset.paused === 'true' ? 'Resume queue' : 'Pause queue');
+  }
+
+  function showPause(paused) {
+    pause.dataset.paused = String(paused);
+    setText(pause, paused ? 'Resume queue' : 'Pause queue');
+    pause.className = paused ? 'btn btn-primary' : 'btn btn-warn';
+    replace(pauseState,
+      h('span', { class: paused ? 'badge st-paused' : 'badge st-active', text: paused ? 'paused' : 'active' }),
+      h('span', { text: paused ? ' Workers get no tasks from this queue; enqueues are still accepted.' : ' Workers receive tasks from this queue.' }));
+  }
+
+  function showCurrent(qs) {
+    const d = qs.depth;
+    replace(current, [
+      ['Backlog', fmt.count((d.pending || 0) + (d.claimed || 0) + (d.retry || 0))],
+      ['Executing', fmt.count(d.executing || 0)],
+      ['Tasks/s', fmt.rate(qs.throughput_per_sec)],
+      ['Errors', fmt.percent(qs.error_rate)],
+      ['Oldest pending', qs.oldest_pending_age_seconds ? fmt.duration(qs.oldest_pending_age_seconds) : '—'],
+      ['Dead', fmt.count(qs.dlq_depth)],
+    ].map(([k, v]) => h('div', null, h('dt', { text: k }), h('dd', { text: v }))));
+  }
+
+  function update(snap) {
+    fillQueueSelect(queue, snap.queues.map((x) => x.name), name);
+    if (!name && snap.queues.length) { route({}); return; }
+    const qs = findQueue(name);
+    none.hidden = snap.queues.length > 0;
+    body.hidden = !qs;
+    showMissing(!qs && snap.queues.length > 0);
+    if (!qs) return;
+    if (!dirty) fill(qs);
+    if (pause.getAttribute('aria-busy') !== 'true') showPause(qs.paused);
+    showCurrent(qs);
+  }
+
+  function showMissing(on) {
+    missing.hidden = !on;
+    if (on) replace(missing, empty(`No queue named ${name}.`, 'It may have been deleted. Pick another queue above.'));
+  }
+
+  function route(p) {
+    name = p.queue || queueNames()[0] || '';
+    dirty = false;
+    status();
+    fillQueueSelect(queue, queueNames(), name);
+    const qs = findQueue(name);
+    body.hidden = !qs;
+    none.hidden = queueNames().length > 0 || !store.snapshot;
+    showMissing(!qs && queueNames().length > 0);
+    if (qs) { fill(qs); showPause(qs.paused); showCurrent(qs); }
+  }
+
+  return { title: 'Queue settings', root, mount: route, route, update, unmount() {} };
+}

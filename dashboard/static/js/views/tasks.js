@@ -1,0 +1,325 @@
+// Task inspector: filter a queue's tasks by status, worker and creation time,
+// page through them, and open one for its payload, result, last error and attempt
+// history; cancel (or replay, when dead) from the page.
+import { h, replace, setText, hashLink } from '../dom.js';
+import { api, q, ApiError } from '../api.js';
+import { store, queueNames } from '../live.js';
+import * as fmt from '../format.js';
+import { jsonView } from '../json.js';
+import { badge, empty, errorBox, toast, confirm, busy, field, queueSelect, fillQueueSelect, pre } from '../ui.js';
+import { rememberReplay } from '../replays.js';
+
+const statuses = ['pending', 'claimed', 'executing', 'retry', 'done', 'dead', 'cancelled'];
+const waiting = new Set(['pending', 'claimed', 'retry', 'executing']);
+
+export function tasks() {
+  let params = {};
+  let cursor = null;
+  let loadSeq = 0;
+  let detailSeq = 0;
+  const rowsById = new Map();
+
+  const queue = queueSelect([], '', { id: 'f-queue' });
+  const status = h('select', { id: 'f-status', name: 'status' },
+    h('option', { value: '', text: 'any status' }), statuses.map((s) => h('option', { value: s, text: s })));
+  const worker = h('input', { id: 'f-worker', name: 'worker', type: 'search', placeholder: 'worker id', autocomplete: 'off', spellcheck: 'false' });
+  const after = h('input', { id: 'f-after', name: 'after', type: 'datetime-local', step: '1' });
+  const before = h('input', { id: 'f-before', name: 'before', type: 'datetime-local', step: '1' });
+  const limit = h('select', { id: 'f-limit', name: 'limit' }, ['25', '50', '100', '200'].map((n) => h('option', { value: n, text: n })));
+  limit.value = '50';
+  const apply = h('button', { type: 'submit', class: 'btn btn-primary', text: 'Apply' });
+  const reset = h('button', { type: 'button', class: 'btn btn-ghost', text: 'Reset' });
+  const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
+    field('Queue', queue), field('Status', status), field('Worker', worker),
+    field('Created after', after), field('Created before', before), field('Page size', limit),
+    h('div', { class: 'filter-actions' }, apply, reset));
+
+  const tbody = h('tbody');
+  const table = h('table', { class: 'grid tasks', id: 'task-list' },
+    h('thead', null, h('tr', null,
+      ...['Task', 'Status', 'Priority', 'Attempts', 'Worker', 'Created', 'Updated', 'Last error']
+        .map((t) => h('th', { scope: 'col', class: ['Priority', 'Attempts'].includes(t) ? 'num' : null, text: t })))),
+    tbody);
+  const listWrap = h('div', { class: 'table-wrap' }, table);
+  const listState = h('div', { class: 'list-state' });
+  const more = h('button', { type: 'button', class: 'btn', id: 'load-more', text: 'Load more', hidden: true });
+  const shown = h('span', { class: 'muted small' });
+  const detail = h('aside', { class: 'detail card', id: 'task-detail', 'aria-label': 'Task detail', tabindex: '-1' });
+
+  const root = h('div', { class: 'view view-tasks' },
+    h('div', { class: 'view-head' }, h('h1', { text: 'Tasks' })),
+    h('section', { class: 'card' }, form),
+    h('div', { class: 'inspector' },
+      h('section', { class: 'card list', 'aria-label': 'Tasks found' }, listWrap, listState,
+        h('div', { class: 'list-foot' }, shown, more)),
+      detail));
+
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    go(hashLink('tasks', {
+      queue: queue.value, status: status.value, worker: worker.value.trim(),
+      after: fmt.fromLocalInput(after.value), before: fmt.fromLocalInput(before.value),
+      limit: limit.value === '50' ? '' : limit.value, task: params.task,
+    }));
+  });
+
+  // go navigates to a fragment; the same one again reloads the list.
+  function go(fragment) {
+    if (location.hash === fragment) loadPage(false);
+    else location.hash = fragment;
+  }
+  reset.addEventListener('click', () => { location.hash = hashLink('tasks', { queue: queue.value }); });
+  more.addEventListener('click', () => busy(more, () => loadPage(true)));
+
+  function listQuery() {
+    const s = new URLSearchParams();
+    if (params.status) s.set('status', params.status);
+    if (params.worker) s.set('worker_id', params.worker);
+    if (params.after) s.set('created_after', params.after);
+    if (params.before) s.set('created_before', params.before);
+    s.set('limit', params.limit || '50');
+    if (cursor) s.set('cursor', cursor);
+    return s.toString();
+  }
+
+  async function loadPage(append) {
+    const seq = ++loadSeq;
+    if (!params.queue) {
+      replace(tbody);
+      listWrap.hidden = true;
+      more.hidden = true;
+      setText(shown, '');
+      replace(listState, empty('No queue to inspect.', 'Tasks appear here once a queue exists.'));
+      return;
+    }
+    if (!append) { cursor = null; rowsById.clear(); }
+    replace(listState, append ? null : h('p', { class: 'muted', text: 'Loading…' }));
+    try {
+      const data = await api('GET', `/queues/${q(params.queue)}/tasks?${listQuery()}`);
+      if (seq !== loadSeq) return;
+      if (!append) replace(tbody);
+      for (const t of data.tasks) {
+        const tr = taskRow(t);
+        rowsById.set(t.id, tr);
+        tbody.append(tr);
+      }
+      cursor = data.next_cursor;
+      more.hidden = !cursor;
+      listWrap.hidden = rowsById.size === 0;
+      setText(shown, rowsById.size ? `${fmt.count(rowsById.size)} ${rowsById.size === 1 ? 'task' : 'tasks'} shown${cursor ? ', more available' : ''}` : '');
+      replace(listState, rowsById.size ? null : empty('No tasks match these filters.',
+        params.status || params.worker || params.after || params.before ? 'Try a wider time range or another status.' : 'Enqueue one with POST /queues/' + params.queue + '/tasks.'));
+      markSelected();
+    } catch (err) {
+      if (seq !== loadSeq) return;
+      listWrap.hidden = rowsById.size === 0;
+      replace(listState, errorBox(err));
+    }
+  }
+
+  function taskRow(t) {
+    const link = h('a', { class: 'mono', href: hashLink('tasks', { ...linkParams(), task: t.id }), text: fmt.shortId(t.id), title: t.id });
+    link.setAttribute('aria-label', `Task ${t.id}, ${t.status}`);
+    return h('tr', { dataset: { task: t.id } },
+      h('td', null, link),
+      h('td', null, badge(t.status), t.cancel_requested ? badge('cancel_requested', 'cancelling') : null),
+      h('td', { class: 'num', text: t.priority }),
+      h('td', { class: 'num', text: `${t.attempts} / ${t.max_retries + 1}` }),
+      h('td', { class: 'mono clip clip-short', text: t.claimed_by || '—', title: t.claimed_by || '' }),
+      h('td', { text: fmt.time(t.created_at), title: fmt.exact(t.created_at) }),
+      h('td', { text: fmt.ago(t.updated_at), title: fmt.exact(t.updated_at) }),
+      h('td', { class: 'clip error-text', text: t.last_error || '', title: t.last_error || '' }));
+  }
+
+  function linkParams() {
+    const { task, ...rest } = params;
+    return rest;
+  }
+
+  function markSelected() {
+    for (const [id, tr] of rowsById) tr.classList.toggle('selected', id === params.task);
+  }
+
+  async function loadDetail(reveal = false) {
+    const seq = ++detailSeq;
+    markSelected();
+    if (!params.task) {
+      replace(detail, empty('Select a task', 'to see its payload, result, last error and attempt history.'));
+      detail.classList.add('detail-empty');
+      return;
+    }
+    detail.classList.remove('detail-empty');
+    replace(detail, h('p', { class: 'muted', text: 'Loading task…' }));
+    // The task's queue: the one given, else each known queue in turn (links from
+    // the worker panel know only the id).
+    const candidates = [params.queue, ...queueNames().filter((n) => n !== params.queue)].filter(Boolean);
+    let lastErr = null;
+    for (const name of candidates) {
+      try {
+        const t = await api('GET', `/queues/${q(name)}/tasks/${q(params.task)}`, undefined, { lossless: true });
+        if (seq !== detailSeq) return;
+        renderDetail(t);
+        if (reveal) {
+          // Keyboard users land on the task; on narrow screens it is below the list.
+          detail.focus({ preventScroll: true });
+          if (matchMedia('(max-width: 1180px)').matches) detail.scrollIntoView({ block: 'start' });
+        }
+        return;
+      } catch (err) {
+        lastErr = err;
+        if (!(err instanceof ApiError) || err.status !== 404) break;
+      }
+    }
+    if (seq !== detailSeq) return;
+    replace(detail, lastErr && lastErr.status !== 404 ? errorBox(lastErr) :
+      empty('Task not found.', `No task ${params.task} in ${candidates.length > 1 ? 'any queue' : params.queue || 'any queue'}.`));
+  }
+
+  function renderDetail(t) {
+    const actions = h('div', { class: 'detail-actions' });
+    if (waiting.has(t.status) && !t.cancel_requested) {
+      const cancel = h('button', { type: 'button', class: 'btn btn-danger', id: 'cancel-task', text: 'Cancel task' });
+      cancel.addEventListener('click', () => cancelTask(t, cancel));
+      actions.append(cancel);
+    }
+    if (t.status === 'dead') {
+      const replay = h('button', { type: 'button', class: 'btn btn-primary', id: 'replay-task', text: 'Replay' });
+      replay.addEventListener('click', () => replayTask(t, replay));
+      actions.append(replay);
+    }
+    const refresh = h('button', { type: 'button', class: 'btn btn-ghost', text: 'Refresh' });
+    refresh.addEventListener('click', () => loadDetail());
+    const close = h('a', { class: 'btn btn-ghost', href: hashLink('tasks', linkParams()), text: 'Close' });
+    actions.append(refresh, close);
+
+    const history = t.attempt_history || [];
+    const kv = [
+      ['Queue', h('a', { href: hashLink('tasks', { queue: t.queue }), text: t.queue })],
+      ['Priority', String(t.priority)],
+      ['Attempts', `${t.attempts} of at most ${t.max_retries + 1}`],
+      ['Scheduled', timeCell(t.scheduled_at)],
+      ['Created', timeCell(t.created_at)],
+      ['Updated', timeCell(t.updated_at)],
+      ['Finished', timeCell(t.finished_at)],
+      ['Claimed by', t.claimed_by ? h('span', { class: 'mono', text: t.claimed_by }) : '—'],
+      ['Lease expires', t.lease_expires_at ? timeCell(t.lease_expires_at) : '—'],
+      ['Timeout', t.timeout_seconds ? fmt.duration(t.timeout_seconds) : 'none'],
+      ['Idempotency key', t.idempotency_key ? h('span', { class: 'mono', text: t.idempotency_key }) : '—'],
+      ['Replayed from', t.replayed_from ? h('a', { class: 'mono', href: hashLink('tasks', { queue: t.queue, task: t.replayed_from }), text: t.replayed_from }) : '—'],
+      ['Replays', t.replay_count ? `${t.replay_count} (last ${fmt.time(t.replayed_at)})` : '0'],
+    ];
+    replace(detail,
+      h('div', { class: 'detail-head' },
+        h('h2', { class: 'card-title' }, 'Task ', h('span', { class: 'mono', id: 'detail-id', text: t.id })),
+        h('div', { class: 'detail-status' }, badge(t.status), t.cancel_requested ? badge('cancel_requested', 'cancel requested') : null)),
+      actions,
+      h('dl', { class: 'kv' }, kv.map(([k, v]) => [h('dt', { text: k }), h('dd', null, v)])),
+      t.last_error ? h('section', { class: 'detail-section' }, h('h3', { text: 'Last error' }), pre(t.last_error, 'error-pre')) : null,
+      h('section', { class: 'detail-section' }, h('h3', { text: 'Payload' }), jsonView(t.payload, { label: 'Payload' })),
+      h('section', { class: 'detail-section' }, h('h3', { text: 'Result' }),
+        t.result === null || t.result === undefined ? h('p', { class: 'muted', text: t.status === 'done' ? 'The worker acknowledged without a result.' : 'No result yet.' }) : jsonView(t.result, { label: 'Result' })),
+      h('section', { class: 'detail-section' },
+        h('h3', { text: `Attempt history (${history.length})` }),
+        history.length ? timeline(history) : h('p', { class: 'muted', text: 'Not attempted yet.' })));
+  }
+
+  async function cancelTask(t, button) {
+    const ok = await confirm({
+      title: 'Cancel this task?',
+      body: [h('p', null, 'Task ', h('span', { class: 'mono', text: t.id }), ` is ${t.status}.`),
+        h('p', { text: t.status === 'executing' ? 'Its worker is asked to stop at its next heartbeat; it will not be retried.' : 'It is cancelled at once and never runs.' })],
+      action: 'Cancel task', destructive: true,
+    });
+    if (!ok) return;
+    await busy(button, async () => {
+      try {
+        const res = await api('DELETE', `/queues/${q(t.queue)}/tasks/${q(t.id)}`);
+        toast(res.cancel_requested ? 'Cancellation requested: the worker stops at its next heartbeat.' : 'Task cancelled.');
+      } catch (err) {
+        toast('Could not cancel: ' + err.message, { kind: 'bad' });
+      }
+    });
+    await loadDetail();
+    refreshRow(t.queue, t.id);
+  }
+
+  async function replayTask(t, button) {
+    const ok = await confirm({ title: 'Replay this dead task?', action: 'Replay',
+      body: [h('p', { text: 'A new pending task with the same payload is created; this one keeps its history.' })] });
+    if (!ok) return;
+    await busy(button, async () => {
+      try {
+        const n = await api('POST', `/queues/${q(t.queue)}/dlq/${q(t.id)}/replay`);
+        rememberReplay(t.id, n.id);
+        toast('Replayed as a new task ', { nodes: [h('a', { class: 'mono', href: hashLink('tasks', { queue: t.queue, task: n.id }), text: fmt.shortId(n.id) })] });
+      } catch (err) {
+        toast('Could not replay: ' + err.message, { kind: 'bad' });
+      }
+    });
+    await loadDetail();
+  }
+
+  async function refreshRow(queueName, id) {
+    const tr = rowsById.get(id);
+    if (!tr) return;
+    try {
+      const t = await api('GET', `/queues/${q(queueName)}/tasks/${q(id)}`);
+      const fresh = taskRow(t);
+      tr.replaceWith(fresh);
+      rowsById.set(id, fresh);
+      markSelected();
+    } catch { /* the detail shows errors */ }
+  }
+
+  function syncForm() {
+    fillQueueSelect(queue, queueNames(), params.queue || '');
+    status.value = params.status || '';
+    worker.value = params.worker || '';
+    after.value = fmt.toLocalInput(params.after);
+    before.value = fmt.toLocalInput(params.before);
+    limit.value = params.limit || '50';
+  }
+
+  let listKey = '';
+  function route(p) {
+    const opened = p.task && p.task !== params.task;
+    params = { ...p };
+    if (!params.queue && queueNames().length) params.queue = queueNames()[0];
+    syncForm();
+    const key = JSON.stringify(linkParams());
+    if (key !== listKey) { listKey = key; loadPage(false); }
+    loadDetail(opened);
+  }
+
+  return {
+    title: 'Tasks',
+    root,
+    mount(p) { route(p); },
+    route,
+    update(snap) {
+      fillQueueSelect(queue, snap.queues.map((x) => x.name), queue.value || params.queue || '');
+      if (!params.queue && snap.queues.length) route({ ...params, queue: snap.queues[0].name });
+    },
+    unmount() {},
+  };
+}
+
+function timeCell(iso) {
+  if (!iso) return '—';
+  return h('time', { datetime: iso, title: fmt.exact(iso), text: `${fmt.time(iso)} (${fmt.ago(iso)})` });
+}
+
+/** timeline shows attempts oldest first: outcome, worker, times, error. */
+export function timeline(history) {
+  return h('ol', { class: 'timeline', id: 'attempts' }, history.map((a) => h('li', { class: ['tl-item', 'st-' + a.status], dataset: { attempt: String(a.attempt), status: a.status } },
+    h('span', { class: 'tl-marker', 'aria-hidden': 'true' }),
+    h('div', { class: 'tl-body' },
+      h('div', { class: 'tl-head' },
+        h('strong', { text: `Attempt ${a.attempt}` }), ' ', badge(a.status),
+        h('span', { class: 'tl-took muted', text: a.finished_at ? 'took ' + fmt.between(a.started_at, a.finished_at) : 'running for ' + fmt.ago(a.started_at).replace(' ago', '') })),
+      h('div', { class: 'tl-meta' },
+        h('span', null, 'worker ', h('span', { class: 'mono tl-worker', text: a.worker_id })),
+        h('span', null, 'started ', h('time', { datetime: a.started_at, title: fmt.exact(a.started_at), text: fmt.time(a.started_at) })),
+        a.finished_at ? h('span', null, 'ended ', h('time', { datetime: a.finished_at, title: fmt.exact(a.finished_at), text: fmt.time(a.finished_at) })) : null),
+      a.error ? pre(a.error, 'error-pre tl-error') : null))));
+}
