@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/internal/testserver"
 )
