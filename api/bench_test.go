@@ -51,3 +51,38 @@ func BenchmarkPollAck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPollAckParallel measures 16 concurrent workers that each poll one task
+// and ack it, the shape that group commit of claims and acks is for.
+func BenchmarkPollAckParallel(b *testing.B) {
+	s := testserver.Start(b, testserver.Options{})
+	s.CreateQueue("q", nil)
+	total := b.N + 100
+	for sent := 0; sent < total; sent += 1000 {
+		tasks := make([]map[string]any, min(1000, total-sent))
+		for i := range tasks {
+			tasks[i] = map[string]any{"payload": i}
+		}
+		s.Must(201, "POST", "/queues/q/tasks/batch", map[string]any{"tasks": tasks})
+	}
+	testserver.Eventually(b, 60*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(b.Context(), s.Server.Buffer.Key("q")).Val() >= int64(min(total, 1000))
+	})
+	b.SetParallelism(8) // 16 goroutines on this 2-CPU machine
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		worker := "w-" + time.Now().Format("150405.000000000")
+		for pb.Next() {
+			p := s.Poll(worker, []string{"q"}, 1, 2000)
+			if len(p) != 1 {
+				b.Errorf("polled %d", len(p))
+				return
+			}
+			if r := s.Ack(worker, p[0]); r.Status != 200 {
+				b.Errorf("ack: %d", r.Status)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+}

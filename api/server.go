@@ -46,6 +46,9 @@ type Config struct {
 	// that serves the dashboard under another host); every other cross-site browser
 	// request that changes state is refused.
 	TrustedOrigins []string
+	// Auth, when set, authenticates and authorizes every request (see package auth);
+	// it runs after the cross-origin guard. Nil leaves the API open.
+	Auth gin.HandlerFunc
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -66,7 +69,8 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
-	acks   *ackCommitter
+	acks   *groupCommit[storage.AckItem, ackOutcome]
+	claims *groupCommit[claimRequest, claimOutcome]
 	limits *ratelimit.Settings
 	engine *gin.Engine
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
@@ -88,8 +92,9 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
-		limits: ratelimit.NewSettings(store, log), acks: newAckCommitter(store),
+		limits: ratelimit.NewSettings(store, log), acks: newAckCommit(store),
 		seen: make(map[string]time.Time), draining: make(chan struct{})}
+	s.claims = newClaimCommit(store, s.cfg.LeaseTimeout)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -98,6 +103,9 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 		return nil, err
 	}
 	e.Use(s.cfg.Telemetry.Middleware(), gin.CustomRecovery(logRecovered(log)), guard)
+	if s.cfg.Auth != nil {
+		e.Use(s.cfg.Auth)
+	}
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route"})
 	})

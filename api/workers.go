@@ -225,7 +225,8 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		// Once popped, the ids must be claimed or given back even if the worker hangs up.
 		bg := context.WithoutCancel(ctx)
 		start := time.Now()
-		claimed, err := s.store.ClaimTasks(bg, ids, workerID, s.cfg.LeaseTimeout)
+		res := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID})[0]
+		claimed, err := res.tasks, res.err
 		s.cfg.Telemetry.ObserveClaim(time.Since(start))
 		if err == nil && len(claimed) > 0 {
 			crashpoint.Hit(crashpoint.AfterClaimCommit)
@@ -385,7 +386,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	res := s.acks.ack(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})[0]
+	res := s.acks.do(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})[0]
 	if res.err != nil {
 		s.fail(c, res.err)
 		return
@@ -440,7 +441,7 @@ func (s *Server) ackBatch(c *gin.Context) {
 		}
 		items[i] = storage.AckItem{TaskID: *a.TaskID, LeaseToken: *a.LeaseToken, WorkerID: req.WorkerID, Result: a.Result}
 	}
-	outcomes := s.acks.ack(c, items...)
+	outcomes := s.acks.do(c, items...)
 	crashpoint.Hit(crashpoint.AfterAckCommit)
 	results := make([]ackResult, len(outcomes))
 	for i, o := range outcomes {

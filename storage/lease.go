@@ -44,28 +44,52 @@ func (s *Store) ListClaimed(ctx context.Context, queue string, minAge time.Durat
 // LeaseExpiresAt set) in the order of ids. Ids that are no longer claimable are
 // left out.
 func (s *Store) ClaimTasks(ctx context.Context, ids []uuid.UUID, workerID string, lease time.Duration) ([]Task, error) {
-	rows, err := s.pool.Query(ctx, claimTasks, ids, workerID, ms(lease))
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	claimed, err := collectTasks(rows)
-	if err != nil {
-		return nil, fmt.Errorf("claim tasks: %w", err)
-	}
-	pos := make(map[uuid.UUID]int, len(ids))
+	items := make([]ClaimItem, len(ids))
 	for i, id := range ids {
-		pos[id] = i
+		items[i] = ClaimItem{TaskID: id, WorkerID: workerID}
 	}
-	sortBy(claimed, func(t Task) int { return pos[t.ID] })
+	byID, err := s.ClaimMany(ctx, items, lease)
+	if err != nil {
+		return nil, err
+	}
+	claimed := make([]Task, 0, len(byID))
+	for _, id := range ids {
+		if t, ok := byID[id]; ok {
+			claimed = append(claimed, t)
+			delete(byID, id)
+		}
+	}
 	return claimed, nil
 }
 
-func sortBy(tasks []Task, key func(Task) int) {
-	for i := 1; i < len(tasks); i++ { // insertion sort: batches are small and nearly sorted
-		for j := i; j > 0 && key(tasks[j]) < key(tasks[j-1]); j-- {
-			tasks[j], tasks[j-1] = tasks[j-1], tasks[j]
-		}
+// ClaimItem asks for one buffered task on behalf of one worker.
+type ClaimItem struct {
+	TaskID   uuid.UUID
+	WorkerID string
+}
+
+// ClaimMany claims, in one statement, every item whose task is still claimable, for
+// the item's worker, with a lease of the given length. It returns the claimed tasks
+// by id (ClaimedBy says for which worker); an id asked for twice is claimed once.
+func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Duration) (map[uuid.UUID]Task, error) {
+	ids := make([]uuid.UUID, len(items))
+	workers := make([]string, len(items))
+	for i, it := range items {
+		ids[i], workers[i] = it.TaskID, it.WorkerID
 	}
+	rows, err := s.pool.Query(ctx, claimTasks, ids, workers, ms(lease))
+	if err != nil {
+		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
+	}
+	claimed, err := collectTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
+	}
+	out := make(map[uuid.UUID]Task, len(claimed))
+	for _, t := range claimed {
+		out[t.ID] = t
+	}
+	return out, nil
 }
 
 // Heartbeat extends the lease workerID holds on a task, never past the attempt's

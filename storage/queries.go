@@ -142,14 +142,17 @@ WHERE queue = $1 AND status = 'claimed' AND dispatched_at <= now() - $2 * interv
 ORDER BY dispatched_at
 LIMIT $3`
 
-// claimTasks turns buffered ids that are still 'claimed' into executing tasks with a
-// fresh lease, and records each new attempt, in one statement. Ids no longer
-// claimable (cancelled, already taken by another replica) are skipped.
-const claimTasks = `WITH claimed AS (
+// claimTasks turns buffered ids that are still 'claimed' into executing tasks, each
+// for the worker given with it ($1 ids, $2 worker ids), with a fresh lease, and
+// records each new attempt, in one statement. Ids no longer claimable (cancelled,
+// already taken by another replica) are skipped; an id given twice is claimed once.
+const claimTasks = `WITH input AS (
+	SELECT DISTINCT ON (id) id, worker FROM unnest($1::uuid[], $2::text[]) AS i(id, worker)
+), claimed AS (
 	UPDATE tasks t SET
 		status = 'executing',
 		attempts = t.attempts + 1,
-		claimed_by = $2,
+		claimed_by = i.worker,
 		lease_token = gen_random_uuid(),
 		heartbeat_at = now(),
 		attempt_started_at = now(),
@@ -158,7 +161,8 @@ const claimTasks = `WITH claimed AS (
 		deadline_at = now() + t.timeout_seconds * interval '1 second',
 		cancel_requested = false,
 		updated_at = now()
-	WHERE t.id = ANY($1::uuid[]) AND t.status = 'claimed'
+	FROM input i
+	WHERE t.id = i.id AND t.status = 'claimed'
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
@@ -358,3 +362,48 @@ const deleteSilentWorkers = `WITH doomed AS (
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM workers w USING doomed WHERE w.id = doomed.id`
+
+// Tokens
+
+const tokenColumns = `id, name, role, queues, rate_limit, created_at, expires_at, revoked_at`
+
+const insertToken = `INSERT INTO api_tokens (name, role, queues, rate_limit, hash, expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 millisecond')
+RETURNING ` + tokenColumns
+
+const listTokens = `SELECT ` + tokenColumns + ` FROM api_tokens ORDER BY created_at, id`
+
+// lockActiveAdmins locks the admin tokens that still work, so that two concurrent
+// revocations cannot both remove "the other" last admin.
+const lockActiveAdmins = `SELECT id FROM api_tokens
+WHERE role = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+ORDER BY id
+FOR UPDATE`
+
+const revokeToken = `UPDATE api_tokens SET revoked_at = coalesce(revoked_at, now())
+WHERE id = $1
+RETURNING ` + tokenColumns
+
+const countUnrevokedTokens = `SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL`
+
+// tokenSnapshot is what every replica caches: each unrevoked token (expired ones
+// included: they still switch authentication on) with its hash.
+const tokenSnapshot = `SELECT ` + tokenColumns + `, hash FROM api_tokens WHERE revoked_at IS NULL`
+
+// sessionSnapshot lists the live dashboard sessions of unrevoked tokens.
+const sessionSnapshot = `SELECT s.hash, s.token_id, s.expires_at FROM dashboard_sessions s
+JOIN api_tokens t ON t.id = s.token_id
+WHERE t.revoked_at IS NULL AND s.expires_at > now()`
+
+// insertSession records a session for token $1 lasting $3 ms (cut at the token's own
+// expiry), and deletes expired sessions on the way.
+const insertSession = `WITH swept AS (
+	DELETE FROM dashboard_sessions WHERE expires_at <= now()
+)
+INSERT INTO dashboard_sessions (token_id, hash, expires_at)
+SELECT t.id, $2, least(now() + $3 * interval '1 millisecond', t.expires_at)
+FROM api_tokens t
+WHERE t.id = $1 AND t.revoked_at IS NULL
+RETURNING expires_at`
+
+const deleteSession = `DELETE FROM dashboard_sessions WHERE hash = $1`
