@@ -33,3 +33,15 @@ bench: ## Go benchmarks of the hot paths (enqueue, dispatch, claim, ack, Lua pop
 
 clean:
 	rm -rf bin
+
+# docker compose deployment (compose/): PostgreSQL, Redis, two replicas behind
+# HAProxy on 127.0.0.1:8080, and the reference worker. Settings: compose/.env.
+COMPOSE ?= docker compose -f compose/docker-compose.yml
+
+.PHONY: compose-up compose-down
+
+compose-up: ## Build the image and start the compose deployment; waits until it is healthy
+	$(COMPOSE) up -d --build --wait
+
+compose-down: ## Stop the compose deployment, keeping its volumes (COMPOSE_DOWN_FLAGS=-v deletes them)
+	$(COMPOSE) down $(COMPOSE_DOWN_FLAGS)

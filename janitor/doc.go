@@ -1,0 +1,13 @@
+// Package janitor enforces TaskForge's retention: it deletes done and cancelled
+// tasks (their attempts go with them) whose finished_at is older than the retention
+// age on the database clock, and forgets workers silent for as long.
+//
+// It deletes in small batches, each its own short transaction bounded by a
+// server-side statement and lock timeout, and skips rows another transaction holds
+// (FOR UPDATE SKIP LOCKED), so it never holds locks for long, never waits on live
+// traffic, and any number of replicas may run it at once.
+//
+// The janitor never deletes a task that is not finished: pending, claimed,
+// executing and retry tasks stay, and so do dead tasks, which are kept until an
+// operator replays or discards them. It never touches Redis.
+package janitor

@@ -1,0 +1,136 @@
+package janitor
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// Config tunes a Janitor. Zero fields take the defaults.
+type Config struct {
+	// Retention is how long done and cancelled tasks are kept after they finish,
+	// and how long a worker that stopped polling and heartbeating stays listed.
+	// Defaults to 7 days.
+	Retention time.Duration
+	// Interval is the pause between sweeps (±10% jitter). Defaults to 1 minute.
+	Interval time.Duration
+	// BatchSize is the most rows one statement deletes. Defaults to 500.
+	BatchSize int
+	// BatchTimeout bounds each batch's transaction on the server (statement_timeout
+	// and lock_timeout). Defaults to 5s.
+	BatchTimeout time.Duration
+}
+
+// DefaultRetention is the retention age when Config.Retention is zero.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.Interval = cmp.Or(c.Interval, time.Minute)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, 5*time.Second)
+	return c
+}
+
+// Batch describes one delete statement the janitor ran.
+type Batch struct {
+	Table    string        // "tasks" or "workers"
+	Queue    string        // the queue swept, for tasks
+	Deleted  int           // rows deleted (a task's attempts are not counted)
+	Duration time.Duration // the whole transaction, as the janitor measured it
+}
+
+// Janitor deletes expired history. Create it with New; run it with Run.
+type Janitor struct {
+	store *storage.Store
+	cfg   Config
+	log   *slog.Logger
+	// OnBatch, when set, is called after every batch, whether it deleted rows or
+	// not (metrics, tests). It runs on the janitor's goroutine.
+	OnBatch func(Batch)
+}
+
+// New returns a Janitor.
+func New(store *storage.Store, cfg Config, log *slog.Logger) *Janitor {
+	return &Janitor{store: store, cfg: cfg.WithDefaults(), log: log}
+}
+
+// Run sweeps at once, then every Interval, until ctx is done, and returns nil then.
+// A failed sweep is logged and retried at the next interval.
+func (j *Janitor) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		start := time.Now()
+		n, err := j.SweepOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			j.log.Warn("retention sweep failed", "err", err, "deleted", n)
+		case n > 0:
+			j.log.Info("retention sweep deleted expired rows", "deleted", n,
+				"retention", j.cfg.Retention.String(), "duration", time.Since(start).String())
+		}
+		timer.Reset(jitter(j.cfg.Interval))
+	}
+}
+
+// SweepOnce deletes, batch by batch, every done or cancelled task that finished more
+// than Retention ago, then every worker silent for as long. It returns how many
+// rows it deleted (tasks plus workers; attempts, which go with their tasks, are not
+// counted) and the first error, which ends the sweep.
+func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
+	queues, err := j.store.QueueNames(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, q := range queues {
+		n, err := j.drain(ctx, "tasks", q, func() (int64, error) {
+			return j.store.DeleteExpiredTasks(ctx, q, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+		})
+		deleted += n
+		if err != nil {
+			return deleted, err
+		}
+	}
+	n, err := j.drain(ctx, "workers", "", func() (int64, error) {
+		return j.store.DeleteSilentWorkers(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+	})
+	return deleted + n, err
+}
+
+// drain runs batch until it deletes fewer than BatchSize rows, and returns the total.
+func (j *Janitor) drain(ctx context.Context, table, queue string, batch func() (int64, error)) (int, error) {
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		start := time.Now()
+		n, err := batch()
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+		if j.OnBatch != nil {
+			j.OnBatch(Batch{Table: table, Queue: queue, Deleted: int(n), Duration: time.Since(start)})
+		}
+		if int(n) < j.cfg.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+// jitter spreads replicas' sweeps by up to ±10%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
+}

@@ -1,0 +1,338 @@
+package janitor_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/janitor"
+	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/storage"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// maxBatch bounds how long one batch (one transaction, so the longest any lock
+// is held) may take.
+const maxBatch = 500 * time.Millisecond
+
+// setup returns a migrated database with queues q and other.
+func setup(t *testing.T) (*pgxpool.Pool, *storage.Store) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `INSERT INTO queues (name) VALUES ('q'), ('other')`)
+	return pool, storage.New(pool)
+}
+
+func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// insertFinished inserts n tasks spread over queues q and other (one in ten
+// cancelled, the rest done, each with one attempt) that were created created ago
+// and finished finished ago, and returns nothing: the tests count by status and age.
+func insertFinished(t *testing.T, pool *pgxpool.Pool, n int, created, finished time.Duration) {
+	t.Helper()
+	exec(t, pool, `WITH ins AS (
+		INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries, attempts,
+			created_at, updated_at, finished_at)
+		SELECT gen_random_uuid(), CASE WHEN i % 5 = 0 THEN 'other' ELSE 'q' END,
+			jsonb_build_object('i', i), 1 + i % 10,
+			CASE WHEN i % 10 = 1 THEN 'cancelled' ELSE 'done' END,
+			now() - $2 * interval '1 ms', 3, 1,
+			now() - $2 * interval '1 ms', now() - $3 * interval '1 ms', now() - $3 * interval '1 ms'
+		FROM generate_series(1, $1::int) AS i
+		RETURNING id, queue, created_at, finished_at
+	)
+	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at)
+	SELECT id, 1, queue, 'w', gen_random_uuid(), 'succeeded', created_at, finished_at FROM ins`,
+		n, created.Milliseconds(), finished.Milliseconds())
+}
+
+const day = 24 * time.Hour
+
+// TestSweepDeletesOldFinishedTasksInShortBatches: 50,000 done and cancelled tasks
+// finished 8 days ago go, 500 rows per statement, with every batch (and so every
+// lock) under maxBatch, while a prober trying to lock those very rows never waits
+// longer. Tasks finished 6 days ago (even if created long ago), dead tasks, unfinished
+// tasks and a worker seen recently stay, with their attempts.
+func TestSweepDeletesOldFinishedTasksInShortBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t)
+	const old = 50_000
+	start := time.Now()
+	insertFinished(t, pool, old, 9*day, 8*day)
+	t.Logf("inserted %d old tasks and attempts in %s", old, time.Since(start).Round(time.Millisecond))
+
+	// Kept: finished inside the retention (one created 20 days ago), dead for a month,
+	// unfinished though created long ago, and a recently seen worker.
+	insertFinished(t, pool, 300, 20*day, 6*day)
+	exec(t, pool, `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
+		attempts, created_at, updated_at, finished_at)
+	SELECT gen_random_uuid(), 'q', '{}', 5, s, now() - interval '30 days', 3, 1,
+		now() - interval '30 days', now() - interval '30 days',
+		CASE WHEN s = 'dead' THEN now() - interval '30 days' END
+	FROM unnest(ARRAY['dead', 'dead', 'pending', 'claimed', 'executing', 'retry']) AS s`)
+	exec(t, pool, `INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at)
+		SELECT id, 1, queue, 'w', gen_random_uuid(), 'failed', created_at, created_at FROM tasks WHERE status = 'dead'`)
+	exec(t, pool, `INSERT INTO workers (id, last_heartbeat_at) VALUES
+		('gone', now() - interval '8 days'), ('alive', now() - interval '1 hour')`)
+	keptTasks := count(t, pool, `SELECT count(*) FROM tasks`) - old
+	keptAttempts := count(t, pool, `SELECT count(*) FROM attempts`) - old
+
+	// The prober locks old rows, one at a time in autocommit, while the sweep runs:
+	// each lock waits at most for the one batch that holds the row.
+	oldIDs := ids(t, pool, `SELECT id FROM tasks WHERE finished_at < now() - interval '7 days' ORDER BY created_at`)
+	var probes atomic.Int64
+	var longestProbe atomic.Int64
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; probeCtx.Err() == nil; i = (i + 997) % len(oldIDs) {
+			start := time.Now()
+			var got uuid.UUID
+			err := pool.QueryRow(probeCtx, `SELECT id FROM tasks WHERE id = $1 FOR UPDATE`, oldIDs[i]).Scan(&got)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				if probeCtx.Err() == nil {
+					t.Errorf("probe: %v", err)
+				}
+				return
+			}
+			probes.Add(1)
+			if d := time.Since(start); d > time.Duration(longestProbe.Load()) {
+				longestProbe.Store(int64(d))
+			}
+		}
+	}()
+
+	j := janitor.New(store, janitor.Config{}, quiet) // the defaults: 7 days, 500 rows
+	var batches []janitor.Batch
+	j.OnBatch = func(b janitor.Batch) { batches = append(batches, b) }
+	sweepStart := time.Now()
+	deleted, err := j.SweepOnce(ctx)
+	elapsed := time.Since(sweepStart)
+	stopProbe()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var longest, total time.Duration
+	taskBatches := 0
+	for _, b := range batches {
+		total += b.Duration
+		longest = max(longest, b.Duration)
+		if b.Table == "tasks" {
+			taskBatches++
+		}
+		if b.Deleted > 500 {
+			t.Errorf("a batch deleted %d rows, want at most 500", b.Deleted)
+		}
+	}
+	t.Logf("swept %d rows in %s: %d batches, longest %s, mean %s, %.0f tasks/s; %d lock probes, longest wait %s",
+		deleted, elapsed.Round(time.Millisecond), len(batches), longest.Round(time.Microsecond),
+		(total / time.Duration(len(batches))).Round(time.Microsecond), float64(old)/elapsed.Seconds(),
+		probes.Load(), time.Duration(longestProbe.Load()).Round(time.Microsecond))
+
+	if deleted != old+1 {
+		t.Errorf("SweepOnce deleted %d rows, want %d (%d tasks and 1 worker)", deleted, old+1, old)
+	}
+	if taskBatches < old/500 {
+		t.Errorf("%d task batches, want at least %d (500 rows each)", taskBatches, old/500)
+	}
+	if longest > maxBatch {
+		t.Errorf("longest batch took %s, want under %s", longest, maxBatch)
+	}
+	if p := time.Duration(longestProbe.Load()); p > maxBatch {
+		t.Errorf("a probe waited %s for a row lock, want under %s", p, maxBatch)
+	}
+	if probes.Load() < 10 {
+		t.Errorf("only %d probes ran during the sweep", probes.Load())
+	}
+	if got := count(t, pool, `SELECT count(*) FROM tasks`); got != keptTasks {
+		t.Errorf("%d tasks left, want %d", got, keptTasks)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM attempts`); got != keptAttempts {
+		t.Errorf("%d attempts left, want %d (the deleted tasks' attempts must go with them)", got, keptAttempts)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM attempts a WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE id = a.task_id)`); got != 0 {
+		t.Errorf("%d orphan attempts", got)
+	}
+	for status, want := range map[string]int{"dead": 2, "pending": 1, "claimed": 1, "executing": 1, "retry": 1, "done": 270, "cancelled": 30} {
+		if got := count(t, pool, `SELECT count(*) FROM tasks WHERE status = $1`, status); got != want {
+			t.Errorf("%d %s tasks left, want %d", got, status, want)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM workers WHERE id = 'alive'`); got != 1 {
+		t.Error("the recently seen worker was deleted")
+	}
+	if got := count(t, pool, `SELECT count(*) FROM workers WHERE id = 'gone'`); got != 0 {
+		t.Error("the worker silent for 8 days was kept")
+	}
+
+	// A second sweep finds nothing.
+	if n, err := j.SweepOnce(ctx); err != nil || n != 0 {
+		t.Errorf("second sweep deleted %d, %v; want 0, nil", n, err)
+	}
+}
+
+func ids(t *testing.T, pool *pgxpool.Pool, sql string) []uuid.UUID {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestConcurrentJanitorsDeleteEachRowOnce: three janitors sweeping the same rows
+// at once (as on three replicas) delete them all between them, none twice, and
+// none fails on another's locks.
+func TestConcurrentJanitorsDeleteEachRowOnce(t *testing.T) {
+	t.Parallel()
+	pool, store := setup(t)
+	const n = 6000
+	insertFinished(t, pool, n, 9*day, 8*day)
+	var wg sync.WaitGroup
+	var total atomic.Int64
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j := janitor.New(store, janitor.Config{BatchSize: 100}, quiet)
+			for {
+				deleted, err := j.SweepOnce(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				total.Add(int64(deleted))
+				if deleted == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := total.Load(); got != n {
+		t.Errorf("the janitors deleted %d tasks between them, want %d", got, n)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM tasks`); got != 0 {
+		t.Errorf("%d tasks left", got)
+	}
+}
+
+// TestRunSweepsEveryIntervalAndStopsWithContext: Run deletes what expires while it
+// runs, honours a custom retention, and returns nil promptly once its context ends.
+func TestRunSweepsEveryIntervalAndStopsWithContext(t *testing.T) {
+	t.Parallel()
+	pool, store := setup(t)
+	insertFinished(t, pool, 100, 3*time.Hour, 2*time.Hour)
+	insertFinished(t, pool, 10, 3*time.Hour, 30*time.Minute) // inside a 1 h retention
+	j := janitor.New(store, janitor.Config{Retention: time.Hour, Interval: 50 * time.Millisecond}, quiet)
+	var sweeps atomic.Int64
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Table == "workers" { // the last batch of each sweep
+			sweeps.Add(1)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+
+	testserver.Eventually(t, 10*time.Second, "first sweep", func() bool {
+		return count(t, pool, `SELECT count(*) FROM tasks`) == 10
+	})
+	// Work that expires later goes at a later sweep.
+	insertFinished(t, pool, 50, 3*time.Hour, 2*time.Hour)
+	testserver.Eventually(t, 10*time.Second, "a later sweep", func() bool {
+		return count(t, pool, `SELECT count(*) FROM tasks`) == 10
+	})
+	if s := sweeps.Load(); s < 2 {
+		t.Errorf("%d sweeps, want at least 2", s)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run returned %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// TestBatchTimeoutBoundsAStuckBatch: a batch that would wait on a lock (here a
+// table lock held by another transaction) fails after BatchTimeout instead of
+// queueing behind it, and SweepOnce reports the error.
+func TestBatchTimeoutBoundsAStuckBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t)
+	insertFinished(t, pool, 10, 9*day, 8*day)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE tasks IN SHARE MODE`); err != nil { // blocks DELETE
+		t.Fatal(err)
+	}
+	j := janitor.New(store, janitor.Config{BatchTimeout: 200 * time.Millisecond}, quiet)
+	start := time.Now()
+	_, err = j.SweepOnce(ctx)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("SweepOnce succeeded through a conflicting table lock")
+	}
+	if took > 3*time.Second {
+		t.Errorf("SweepOnce took %s to give up, want about 200ms", took)
+	}
+	t.Logf("gave up after %s: %v", took.Round(time.Millisecond), err)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := j.SweepOnce(ctx); err != nil || n != 10 {
+		t.Errorf("after the lock: deleted %d, %v; want 10, nil", n, err)
+	}
+}
