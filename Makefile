@@ -45,3 +45,15 @@ compose-up: ## Build the image and start the compose deployment; waits until it 
 
 compose-down: ## Stop the compose deployment, keeping its volumes (COMPOSE_DOWN_FLAGS=-v deletes them)
 	$(COMPOSE) down $(COMPOSE_DOWN_FLAGS)
+
+# End-to-end benchmarks (bench/, docs/benchmarks.md): `taskforge bench` starts its own
+# serve and reference worker processes against the local PostgreSQL and Redis (or
+# DATABASE_URL / REDIS_URL), each step in a fresh database. About 15 minutes with the
+# defaults; BENCH_FLAGS="--runs 1 --experiments e1,latency" for a quick look.
+BENCH_JSON  ?= bin/bench-results.json
+BENCH_FLAGS ?=
+
+.PHONY: bench-e2e
+
+bench-e2e: build ## End-to-end benchmarks E1, E2, latency, E5, E6; table on stdout, figures in $(BENCH_JSON)
+	./$(BIN) bench --json $(BENCH_JSON) $(BENCH_FLAGS)

@@ -1,0 +1,333 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// buildTaskforge builds ./cmd/taskforge: the harness execs it for serve and workers.
+func buildTaskforge(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "taskforge")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/taskforge/taskforge/cmd/taskforge").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSmoke runs a small version of every experiment against real PostgreSQL and
+// Redis and checks that the report is well-formed and plausible, and that the run
+// left no process, database or Redis key behind.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts serve and worker processes; skipped with -short")
+	}
+	bin := buildTaskforge(t)
+	cfg := Config{
+		Binary:      bin,
+		DatabaseURL: testenv.PostgresURL(t),
+		RedisURL:    "redis://" + testenv.RedisAddr(t),
+		Runs:        1,
+		Experiments: []string{ExpNoop, ExpLatency, ExpRetry, ExpRecovery},
+		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{2, 1}}},
+		Latency:     LatencyConfig{Rate: 50, Duration: 2 * time.Second, Warmup: -1, Layout: Layout{2, 1}},
+		E5:          RetryConfig{DrainConfig: DrainConfig{Tasks: 40, Warmup: -1, Layouts: []Layout{{2, 1}}}},
+		E6: RecoveryConfig{Variants: []LeaseVariant{{Name: "short", LeaseTimeout: time.Second,
+			HeartbeatInterval: 250 * time.Millisecond, WatchdogInterval: 500 * time.Millisecond}},
+			Victims: Layout{1, 2}, Survivors: Layout{1, 2}},
+		WorkDir: t.TempDir(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	report, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("run took %s", time.Since(start).Round(time.Millisecond))
+	if len(report.Problems) > 0 {
+		t.Errorf("problems: %q", report.Problems)
+	}
+
+	// The JSON is well-formed and holds exactly the report's fields.
+	var buf bytes.Buffer
+	if err := report.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf.Bytes()))
+	dec.DisallowUnknownFields()
+	var back Report
+	if err := dec.Decode(&back); err != nil {
+		t.Fatalf("report JSON does not decode: %v\n%s", err, buf.String())
+	}
+	if back.SchemaVersion != SchemaVersion || back.Machine.Cores < 1 || back.Machine.Postgres == "" || back.Machine.Redis == "" {
+		t.Errorf("machine description incomplete: %+v", back.Machine)
+	}
+	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{2, 1}) {
+		t.Errorf("layouts do not round-trip: %v", got)
+	}
+
+	if len(back.E1) != 1 || len(back.Latency) != 1 || len(back.E5) != 1 || len(back.E6) != 1 {
+		t.Fatalf("want one result per experiment, got e1 %d, latency %d, e5 %d, e6 %d",
+			len(back.E1), len(back.Latency), len(back.E5), len(back.E6))
+	}
+	e1 := back.E1[0]
+	if e1.Error != "" || e1.Tasks != 200 || e1.Done != 200 || e1.Throughput <= 0 || e1.Seconds <= 0 ||
+		!e1.LastFinish.After(e1.FirstStart) || e1.Workers != 2 {
+		t.Errorf("implausible e1 result: %+v", e1)
+	}
+	if e1.CPU.WindowSeconds <= 0 || e1.CPU.Seconds[cpuServe] <= 0 || e1.CPU.Seconds[cpuWorkers] <= 0 || e1.CPU.Seconds[cpuPGBench] <= 0 {
+		t.Errorf("CPU split misses serve, workers or the step's PostgreSQL backends: %+v", e1.CPU)
+	}
+
+	lat := back.Latency[0]
+	if lat.Error != "" || lat.Tasks != 100 || lat.Done != lat.Tasks || lat.AchievedRate < 40 {
+		t.Errorf("implausible latency result: %+v", lat)
+	}
+	checkDist(t, "latency receipt", lat.Receipt, lat.Tasks)
+	checkDist(t, "latency finish", lat.Finish, lat.Tasks)
+	if lat.Finish.P50 < lat.Receipt.P50 {
+		t.Errorf("tasks finished (p50 %.2f ms) before they were received (p50 %.2f ms)", lat.Finish.P50, lat.Receipt.P50)
+	}
+
+	e5 := back.E5[0]
+	if e5.Error != "" || e5.HistoriesOK != 40 || e5.Throughput <= 0 {
+		t.Errorf("implausible e5 result: %+v", e5)
+	}
+	checkDist(t, "e5 retry lag", e5.RetryLag, 40)
+	if e5.RetryLag.P50 < 10 { // the backoff is at least its 10 ms base
+		t.Errorf("retry lag p50 %.2f ms is shorter than the backoff", e5.RetryLag.P50)
+	}
+
+	e6 := back.E6[0]
+	if e6.Error != "" || e6.Tasks != 2 || e6.HistoriesOK != 2 {
+		t.Errorf("implausible e6 result: %+v", e6)
+	}
+	checkDist(t, "e6 expiry → re-delivery", e6.ExpiryToRedelivery, 2)
+	checkDist(t, "e6 kill → re-delivery", e6.KillToRedelivery, 2)
+	if e6.ExpiryToRedelivery.P50 < 0 || e6.KillToRedelivery.P50 < e6.ExpiryToRedelivery.P50 {
+		t.Errorf("re-delivery before the lease expired, or before the kill: %+v", e6)
+	}
+	if math.Abs(e6.LeaseSeconds-1) > 0.05 {
+		t.Errorf("observed lease %.3f s, configured 1 s", e6.LeaseSeconds)
+	}
+
+	if len(back.Medians) == 0 {
+		t.Error("no medians")
+	}
+	var table bytes.Buffer
+	if err := report.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"e1", "2x1", "Latency", "E5", "E6", "CPU seconds"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	checkNothingLeft(t, bin, cfg, back)
+}
+
+// checkDist checks a distribution's count and ordering.
+func checkDist(t *testing.T, what string, d Dist, n int) {
+	t.Helper()
+	if d.N != n {
+		t.Errorf("%s: %d samples, want %d", what, d.N, n)
+	}
+	if !(d.P50 <= d.P95 && d.P95 <= d.P99 && d.P99 <= d.Max) || d.Mean > d.Max || math.IsNaN(d.P50) {
+		t.Errorf("%s: percentiles out of order: %+v", what, d)
+	}
+}
+
+// checkNothingLeft checks that no process runs the binary and that every step's
+// database and Redis keys are gone.
+func checkNothingLeft(t *testing.T, bin string, cfg Config, r Report) {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.HasPrefix(cmdline, []byte(bin)) {
+			t.Errorf("process %s still runs: %s", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+	var steps []Step
+	for _, d := range r.E1 {
+		steps = append(steps, d.Step)
+	}
+	for _, l := range r.Latency {
+		steps = append(steps, l.Step)
+	}
+	for _, d := range r.E5 {
+		steps = append(steps, d.Step)
+	}
+	for _, d := range r.E6 {
+		steps = append(steps, d.Step)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	for _, s := range steps {
+		if s.Database == "" || s.RedisPrefix == "" {
+			t.Errorf("step %s run %d names no database or prefix", s.Experiment, s.Run)
+			continue
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, s.Database).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("database %s was not dropped", s.Database)
+		}
+		keys, _, err := rdb.Scan(ctx, 0, s.RedisPrefix+"*", 10000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			t.Errorf("Redis keys left under %s: %v", s.RedisPrefix, keys)
+		}
+	}
+}
+
+func TestParseLayout(t *testing.T) {
+	for in, want := range map[string]Layout{"16x1": {16, 1}, " 1x16 ": {1, 16}, "4x100": {4, 100}} {
+		got, err := ParseLayout(in)
+		if err != nil || got != want {
+			t.Errorf("ParseLayout(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "16", "x1", "0x1", "1x0", "-1x2", "1x101", "axb", "1x2x3"} {
+		if _, err := ParseLayout(in); err == nil {
+			t.Errorf("ParseLayout(%q) accepted", in)
+		}
+	}
+	got, err := ParseLayouts("1x1, 4x1,,16x1")
+	if err != nil || len(got) != 3 || got[2] != (Layout{16, 1}) {
+		t.Errorf("ParseLayouts = %v, %v", got, err)
+	}
+	b, err := json.Marshal(Layout{4, 16})
+	if err != nil || string(b) != `"4x16"` {
+		t.Errorf("Layout JSON = %s, %v", b, err)
+	}
+}
+
+func TestDistOf(t *testing.T) {
+	ms := make([]float64, 0, 100)
+	for i := 100; i >= 1; i-- {
+		ms = append(ms, float64(i))
+	}
+	d := distOf(ms)
+	if d.N != 100 || d.P50 != 50 || d.P95 != 95 || d.P99 != 99 || d.Max != 100 || d.Mean != 50.5 {
+		t.Errorf("distOf(1..100) = %+v", d)
+	}
+	if d := distOf([]float64{7}); d.P50 != 7 || d.P99 != 7 || d.Max != 7 {
+		t.Errorf("distOf of one sample = %+v", d)
+	}
+	if d := distOf(nil); d.N != 0 {
+		t.Errorf("distOf(nil) = %+v", d)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	line := "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 8 0 987654 1000000 100 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	st, err := parseProcStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.comm != "a (weird) name" || st.utime != 1234 || st.stime != 567 || st.start != 987654 {
+		t.Errorf("parseProcStat = %+v", st)
+	}
+	if _, err := parseProcStat([]byte("12 (x) S 1 2")); err == nil {
+		t.Error("short line accepted")
+	}
+	// The harness's own stat parses.
+	raw, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	if _, err := parseProcStat(raw); err != nil {
+		t.Errorf("/proc/self/stat: %v", err)
+	}
+}
+
+func TestClassifyPostgres(t *testing.T) {
+	for title, want := range map[string]string{
+		"postgres: 15/main: postgres tf_bench_abc 127.0.0.1(5555) idle":  cpuPGBench,
+		"postgres: 15/main: postgres tf_bench_abcd 127.0.0.1(5555) idle": cpuPGOther,
+		"postgres: 15/main: autovacuum worker tf_bench_abc":              cpuPGBench,
+		"postgres: 15/main: walwriter ":                                  cpuPGBackgr,
+		"postgres: 15/main: checkpointer ":                               cpuPGBackgr,
+		"/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15":  cpuPGBackgr,
+		"postgres: 15/main: postgres other 127.0.0.1(5555) SELECT":       cpuPGOther,
+	} {
+		if got := classifyPostgres(title, "tf_bench_abc"); got != want {
+			t.Errorf("classifyPostgres(%q) = %s, want %s", title, got, want)
+		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	a, b, c := procKey{1, 10}, procKey{2, 20}, procKey{3, 30}
+	at := time.Now()
+	before := cpuSample{at: at, machine: 1000,
+		ticks: map[procKey]uint64{a: 100, b: 50},
+		class: map[procKey]string{a: cpuServe, b: cpuWorkers}}
+	after := cpuSample{at: at.Add(2 * time.Second), machine: 1400,
+		ticks: map[procKey]uint64{a: 250, b: 60, c: 40}, // b's pid reused as c would show as a new key
+		class: map[procKey]string{a: cpuServe, b: cpuWorkers, c: cpuPGBench}}
+	s := split(before, after, 2)
+	want := map[string]float64{cpuServe: 1.5, cpuWorkers: 0.1, cpuPGBench: 0.4, cpuElsewhere: 2}
+	for k, v := range want {
+		if math.Abs(s.Seconds[k]-v) > 1e-9 {
+			t.Errorf("%s: %v s, want %v", k, s.Seconds[k], v)
+		}
+	}
+	if s.MachineBusy != 4 || s.WindowSeconds != 2 || s.Cores != 2 {
+		t.Errorf("split = %+v", s)
+	}
+	if _, ok := s.Seconds[cpuRedis]; !ok {
+		t.Error("classes without time are missing from the split")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{}.WithDefaults()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	bad := good
+	bad.Experiments = []string{"e9"}
+	bad.E6.Survivors = Layout{1, 1}
+	err := bad.Validate()
+	if err == nil || !strings.Contains(err.Error(), "e9") || !strings.Contains(err.Error(), "survivors") {
+		t.Errorf("Validate = %v", err)
+	}
+}

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Experiment names, in the order Run runs them.
+const (
+	ExpNoop     = "e1"      // drain no-op tasks
+	ExpSleep    = "e2"      // drain 50 ms sleeps
+	ExpLatency  = "latency" // enqueue → worker receipt at a steady rate
+	ExpRetry    = "e5"      // every task fails once, then succeeds
+	ExpRecovery = "e6"      // workers SIGKILLed while holding tasks
+)
+
+// AllExperiments lists every experiment in the order Run runs them.
+var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery}
+
+// Local servers used when the configuration names none.
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+)
+
+// Layout is how a step deploys its workers: Procs reference worker processes, each
+// running up to Concurrency tasks at once, and so polling for up to that many
+// (max_tasks) at a time.
+type Layout struct {
+	Procs       int
+	Concurrency int
+}
+
+// Workers is the number of tasks the layout runs at once.
+func (l Layout) Workers() int { return l.Procs * l.Concurrency }
+
+// String is the layout as ParseLayout reads it: "<procs>x<concurrency>".
+func (l Layout) String() string { return fmt.Sprintf("%dx%d", l.Procs, l.Concurrency) }
+
+// MarshalText writes the layout as String does, so JSON shows "16x1".
+func (l Layout) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (l *Layout) UnmarshalText(b []byte) error {
+	v, err := ParseLayout(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+// ParseLayout reads "<procs>x<concurrency>", e.g. "16x1" (sixteen processes running
+// one task each) or "1x16" (one process running sixteen).
+func ParseLayout(s string) (Layout, error) {
+	p, c, ok := strings.Cut(strings.TrimSpace(s), "x")
+	if !ok {
+		return Layout{}, fmt.Errorf("layout %q: want <procs>x<concurrency>, e.g. 16x1", s)
+	}
+	procs, err1 := strconv.Atoi(p)
+	conc, err2 := strconv.Atoi(c)
+	if err := errors.Join(err1, err2); err != nil || procs < 1 || conc < 1 {
+		return Layout{}, fmt.Errorf("layout %q: want two positive integers, e.g. 16x1", s)
+	}
+	if conc > 100 {
+		return Layout{}, fmt.Errorf("layout %q: concurrency above 100 cannot be polled for at once", s)
+	}
+	return Layout{Procs: procs, Concurrency: conc}, nil
+}
+
+// ParseLayouts reads a comma-separated list of layouts.
+func ParseLayouts(s string) ([]Layout, error) {
+	var out []Layout
+	for part := range strings.SplitSeq(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		l, err := ParseLayout(part)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("layouts %q: give at least one", s)
+	}
+	return out, nil
+}
+
+// DrainConfig sizes a drain experiment (E1, E2, E5): Tasks are enqueued while the
+// queue is paused, then drained by each layout in turn.
+type DrainConfig struct {
+	// Tasks measured per step.
+	Tasks int `json:"tasks"`
+	// Warmup tasks run through the same server and workers before the measured
+	// ones, and are excluded. Zero takes the default; negative means none.
+	Warmup int `json:"warmup"`
+	// Layouts to measure, in order.
+	Layouts []Layout `json:"layouts"`
+}
+
+// LatencyConfig sizes the latency experiment.
+type LatencyConfig struct {
+	// Rate of enqueues per second, one task per request. Defaults to 100.
+	Rate float64 `json:"rate"`
+	// Duration of the measured enqueue stream. Defaults to 10s.
+	Duration time.Duration `json:"duration_ns"`
+	// Warmup is an excluded stream at the same rate before it. Defaults to 1s;
+	// negative means none.
+	Warmup time.Duration `json:"warmup_ns"`
+	// Layout of the idle, long-polling workers. Defaults to 4x1.
+	Layout Layout `json:"layout"`
+}
+
+// RetryConfig sizes E5.
+type RetryConfig struct {
+	DrainConfig
+	// BackoffBase is the queue's backoff_base_ms. Defaults to 10ms.
+	BackoffBase time.Duration `json:"backoff_base_ns"`
+}
+
+// LeaseVariant is a set of lease settings E6 runs under. Zero durations leave the
+// server's defaults (30s lease, 10s heartbeats, 15s watchdog interval).
+type LeaseVariant struct {
+	Name              string        `json:"name"`
+	LeaseTimeout      time.Duration `json:"lease_timeout_ns,omitempty"`
+	HeartbeatInterval time.Duration `json:"heartbeat_interval_ns,omitempty"`
+	WatchdogInterval  time.Duration `json:"watchdog_interval_ns,omitempty"`
+}
+
+// DefaultLeaseVariants are E6's variants: the server's defaults, and short leases
+// that keep the run short.
+var DefaultLeaseVariants = []LeaseVariant{
+	{Name: "default"},
+	{Name: "short", LeaseTimeout: 2 * time.Second, HeartbeatInterval: 500 * time.Millisecond,
+		WatchdogInterval: time.Second},
+}
+
+// RecoveryConfig sizes E6.
+type RecoveryConfig struct {
+	// Variants of lease settings, each a step of its own.
+	Variants []LeaseVariant `json:"variants"`
+	// Victims hold one task per slot when they are SIGKILLed. Defaults to 4x4.
+	Victims Layout `json:"victims"`
+	// Survivors are idle, long-polling workers started before the kill; they need
+	// a slot for every task. Defaults to 4x8.
+	Survivors Layout `json:"survivors"`
+}
+
+// Config is what Run measures and against which servers. Zero fields take the
+// defaults given in their comments.
+type Config struct {
+	// Binary is the taskforge binary exec'd for `serve` and `worker` processes.
+	// Defaults to the running executable.
+	Binary string `json:"-"`
+	// DatabaseURL names a PostgreSQL server and a role that may CREATE DATABASE;
+	// every step runs in a fresh database created there and dropped after.
+	// Defaults to DefaultDatabaseURL.
+	DatabaseURL string `json:"-"`
+	// RedisURL names the Redis server; every step uses a fresh key prefix and
+	// deletes its keys after. Defaults to DefaultRedisURL.
+	RedisURL string `json:"-"`
+	// Seed drives every random choice of the harness (E6's kill moments).
+	// Defaults to 1.
+	Seed uint64 `json:"seed"`
+	// Runs repeats E1, E2 and latency; the report gives their medians. Defaults to 3.
+	Runs int `json:"runs"`
+	// CheckRuns repeats E5 and E6. Defaults to 1.
+	CheckRuns int `json:"check_runs"`
+	// Experiments to run, among AllExperiments. Defaults to all of them.
+	Experiments []string `json:"experiments"`
+
+	E1      DrainConfig    `json:"e1"`
+	E2      DrainConfig    `json:"e2"`
+	SleepMs int            `json:"e2_sleep_ms"` // E2's task duration; defaults to 50
+	Latency LatencyConfig  `json:"latency"`
+	E5      RetryConfig    `json:"e5"`
+	E6      RecoveryConfig `json:"e6"`
+
+	// ProfileDir, when set, makes E1's serve processes write a CPU profile of each
+	// measured window there (e1-<layout>-r<run>.pprof).
+	ProfileDir string `json:"profile_dir,omitempty"`
+	// WorkDir holds the processes' logs. Defaults to a temporary directory that Run
+	// removes unless KeepWorkDir is set or a step failed.
+	WorkDir     string `json:"-"`
+	KeepWorkDir bool   `json:"-"`
+	// Progress receives a one-line progress display (carriage returns); nil
+	// shows none.
+	Progress io.Writer `json:"-"`
+}
+
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c Config) WithDefaults() Config {
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, DefaultDatabaseURL)
+	c.RedisURL = cmp.Or(c.RedisURL, DefaultRedisURL)
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.Runs = cmp.Or(c.Runs, 3)
+	c.CheckRuns = cmp.Or(c.CheckRuns, 1)
+	if len(c.Experiments) == 0 {
+		c.Experiments = slices.Clone(AllExperiments)
+	}
+	c.E1.Tasks = cmp.Or(c.E1.Tasks, 5000)
+	c.E1.Warmup = cmp.Or(c.E1.Warmup, 500)
+	if len(c.E1.Layouts) == 0 {
+		c.E1.Layouts = []Layout{{1, 1}, {4, 1}, {8, 1}, {16, 1}, {1, 16}, {4, 16}}
+	}
+	c.E2.Tasks = cmp.Or(c.E2.Tasks, 1000)
+	c.E2.Warmup = cmp.Or(c.E2.Warmup, 50)
+	if len(c.E2.Layouts) == 0 {
+		c.E2.Layouts = []Layout{{1, 1}, {4, 1}, {8, 1}, {16, 1}}
+	}
+	c.SleepMs = cmp.Or(c.SleepMs, 50)
+	c.Latency.Rate = cmp.Or(c.Latency.Rate, 100)
+	c.Latency.Duration = cmp.Or(c.Latency.Duration, 10*time.Second)
+	c.Latency.Warmup = cmp.Or(c.Latency.Warmup, time.Second)
+	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{4, 1})
+	c.E5.Tasks = cmp.Or(c.E5.Tasks, 1000)
+	c.E5.Warmup = cmp.Or(c.E5.Warmup, 50)
+	if len(c.E5.Layouts) == 0 {
+		c.E5.Layouts = []Layout{{8, 1}}
+	}
+	c.E5.BackoffBase = cmp.Or(c.E5.BackoffBase, 10*time.Millisecond)
+	if len(c.E6.Variants) == 0 {
+		c.E6.Variants = slices.Clone(DefaultLeaseVariants)
+	}
+	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4})
+	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8})
+	return c
+}
+
+// Validate reports settings Run cannot use.
+func (c Config) Validate() error {
+	var errs []error
+	for _, e := range c.Experiments {
+		if !slices.Contains(AllExperiments, e) {
+			errs = append(errs, fmt.Errorf("unknown experiment %q (want some of %s)", e, strings.Join(AllExperiments, ", ")))
+		}
+	}
+	if c.Runs < 1 || c.CheckRuns < 1 {
+		errs = append(errs, errors.New("runs must be at least 1"))
+	}
+	for name, d := range map[string]DrainConfig{"e1": c.E1, "e2": c.E2, "e5": c.E5.DrainConfig} {
+		if d.Tasks < 1 {
+			errs = append(errs, fmt.Errorf("%s: tasks must be at least 1", name))
+		}
+	}
+	if c.SleepMs < 1 {
+		errs = append(errs, errors.New("e2: sleep must be at least 1 ms"))
+	}
+	if c.Latency.Rate <= 0 || c.Latency.Duration <= 0 {
+		errs = append(errs, errors.New("latency: rate and duration must be positive"))
+	}
+	if c.Latency.Rate*c.Latency.Duration.Seconds() < 1 {
+		errs = append(errs, errors.New("latency: rate × duration must give at least one task"))
+	}
+	if c.E6.Survivors.Workers() < c.E6.Victims.Workers() {
+		errs = append(errs, fmt.Errorf("e6: survivors (%s) need a slot for each of the victims' %d tasks",
+			c.E6.Survivors, c.E6.Victims.Workers()))
+	}
+	for _, v := range c.E6.Variants {
+		if v.Name == "" {
+			errs = append(errs, errors.New("e6: every lease variant needs a name"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runsOf is how many times experiment exp repeats.
+func (c Config) runsOf(exp string) int {
+	if exp == ExpRetry || exp == ExpRecovery {
+		return c.CheckRuns
+	}
+	return c.Runs
+}

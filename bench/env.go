@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskforge/taskforge/client"
+)
+
+// Timeouts of the harness's own waits.
+const (
+	startTimeout = 60 * time.Second // a serve answering /readyz, workers polling
+	stallTimeout = 60 * time.Second // a wait whose count stops moving
+	opTimeout    = 30 * time.Second // one API call or query
+	pollEvery    = 100 * time.Millisecond
+)
+
+// ProfiledServeArgs is how the harness runs `serve` with a CPU profile: the binary
+// must offer this command, which behaves as `serve` and takes --cpuprofile FILE
+// (see ServeProfiler).
+var ProfiledServeArgs = []string{"bench", "serve-profiled"}
+
+// step is one measured step's private world: a fresh database, a fresh Redis key
+// prefix, its own `serve` process, and the workers it starts.
+type step struct {
+	r       *runner
+	name    string // also the name of its queue
+	dbName  string
+	dbURL   string
+	prefix  string
+	pool    *pgxpool.Pool
+	serve   *proc
+	url     string
+	api     *client.Client
+	workers []*proc
+	sampler cpuSampler
+}
+
+// newStep creates the step's database and starts its serve process with the given
+// extra environment; profile, when set, is the CPU profile serve writes.
+func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, profile string) (_ *step, err error) {
+	s := &step{r: r, name: name, dbName: "tf_bench_" + randomHex(6), prefix: "tfbench:" + randomHex(8)}
+	s.sampler = cpuSampler{serve: map[int]bool{}, workers: map[int]bool{}, dbName: s.dbName}
+	if err := createDatabase(ctx, r.cfg.DatabaseURL, s.dbName); err != nil {
+		return nil, fmt.Errorf("create database %s: %w", s.dbName, err)
+	}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.dbURL = withDatabase(r.cfg.DatabaseURL, s.dbName)
+	if err := s.startServe(ctx, serveEnv, profile); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(s.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = 4
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", s.dbName, err)
+	}
+	return s, nil
+}
+
+// startServe starts serve on a free port and waits until it is ready; another
+// process taking the port in between makes it try again.
+func (s *step) startServe(ctx context.Context, serveEnv []string, profile string) error {
+	args := []string{"serve"}
+	if profile != "" {
+		args = append(append(args[:0:0], ProfiledServeArgs...), "--cpuprofile", profile)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		env := childEnv(append([]string{
+			"DATABASE_URL=" + s.dbURL,
+			"REDIS_URL=" + s.r.cfg.RedisURL,
+			"TASKFORGE_REDIS_PREFIX=" + s.prefix,
+			"TASKFORGE_LISTEN=" + addr,
+			"TASKFORGE_LOG_LEVEL=warn",
+			"TASKFORGE_LOG_FORMAT=text",
+		}, serveEnv...)...)
+		p, err := s.r.procs.start(s.name+" serve", s.r.cfg.Binary, args, env, filepath.Join(s.r.work, s.name+"-serve.log"))
+		if err != nil {
+			return err
+		}
+		s.url = "http://" + addr
+		if lastErr = waitReady(ctx, p, s.url); lastErr == nil {
+			s.serve = p
+			s.sampler.serve[p.pid()] = true
+			if s.api, err = client.New(s.url); err != nil {
+				return err
+			}
+			return nil
+		}
+		p.stop(5 * time.Second)
+		if !strings.Contains(p.logTail(20), "address already in use") {
+			break
+		}
+	}
+	return lastErr
+}
+
+// waitReady polls serve's /readyz until it answers 200.
+func waitReady(ctx context.Context, p *proc, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, p.logTail(15))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %w; its log ends:\n%s", p.name, startTimeout, ctx.Err(), p.logTail(15))
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// startWorkers starts layout.Procs reference workers serving queue with handler,
+// and waits until each has polled once. role names them: <step>-<role>-<i>.
+func (s *step) startWorkers(ctx context.Context, layout Layout, handler, role string) ([]*proc, []string, error) {
+	var ps []*proc
+	var ids []string
+	for i := range layout.Procs {
+		id := fmt.Sprintf("%s-%s-%d", s.name, role, i)
+		args := []string{"worker", "--server", s.url, "--queue", s.name + "=" + handler,
+			"--concurrency", strconv.Itoa(layout.Concurrency), "--worker-id", id,
+			"--log-level", "warn", "--grace", "1s"}
+		p, err := s.r.procs.start(id, s.r.cfg.Binary, args, childEnv(), filepath.Join(s.r.work, id+".log"))
+		if err != nil {
+			return ps, ids, err
+		}
+		ps, ids = append(ps, p), append(ids, id)
+		s.workers = append(s.workers, p)
+		s.sampler.workers[p.pid()] = true
+	}
+	err := s.waitCount(ctx, "workers polling", registeredWorkers, []any{ids}, len(ids), startTimeout, ps, nil)
+	return ps, ids, err
+}
+
+// stopWorkers stops the given workers (SIGTERM, then SIGKILL).
+func (s *step) stopWorkers(ps []*proc) {
+	for _, p := range ps {
+		_ = p.signal(syscall.SIGTERM)
+	}
+	for _, p := range ps {
+		p.stop(10 * time.Second)
+	}
+}
+
+// waitCount polls query until its count reaches want. It fails when the count has
+// not moved for stall, when serve or one of watch exits, or when ctx ends. Each
+// new count is passed to onCount.
+func (s *step) waitCount(ctx context.Context, what, query string, args []any, want int, stall time.Duration,
+	watch []*proc, onCount func(int)) error {
+	last, lastMove := -1, time.Now()
+	for {
+		var n int
+		qctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := s.pool.QueryRow(qctx, query, args...).Scan(&n)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("wait for %s: %w", what, err)
+		}
+		if n != last {
+			last, lastMove = n, time.Now()
+			if onCount != nil {
+				onCount(n)
+			}
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Since(lastMove) > stall {
+			return fmt.Errorf("wait for %s: stuck at %d of %d for %s", what, n, want, stall)
+		}
+		for _, p := range append([]*proc{s.serve}, watch...) {
+			if p.exited() {
+				return fmt.Errorf("wait for %s: %s exited (%v); its log ends:\n%s", what, p.name, p.err, p.logTail(15))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// close stops the step's processes and removes its database and Redis keys.
+func (s *step) close() {
+	s.stopWorkers(s.workers)
+	if s.serve != nil {
+		s.serve.stop(20 * time.Second)
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := adminExec(ctx, s.r.cfg.DatabaseURL, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+		s.r.warnf("drop database %s: %v", s.dbName, err)
+	}
+	if err := s.r.deleteKeys(ctx, s.prefix+":*"); err != nil {
+		s.r.warnf("delete Redis keys %s:*: %v", s.prefix, err)
+	}
+}
+
+// cpu samples the CPU time of the step's processes and of PostgreSQL and Redis.
+func (s *step) cpu() (cpuSample, error) { return s.sampler.sample() }
+
+// createDatabase creates database name, retrying while the template is busy.
+func createDatabase(ctx context.Context, admin, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	for {
+		err := adminExec(ctx, admin, "CREATE DATABASE "+name)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// adminExec runs one statement on a connection of its own.
+func adminExec(ctx context.Context, admin, sql string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// withDatabase returns the admin URL (or keyword/value string) with its database
+// replaced by name.
+func withDatabase(admin, name string) string {
+	if !strings.Contains(admin, "://") {
+		return admin + " dbname=" + name
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return admin + " dbname=" + name // let the driver report it
+	}
+	u.Path, u.RawPath = "/"+name, ""
+	return u.String()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

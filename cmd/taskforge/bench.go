@@ -1,0 +1,179 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskforge/taskforge/bench"
+)
+
+// benchCommand is `taskforge bench`: the end-to-end benchmark harness (package bench).
+func benchCommand() *cobra.Command {
+	var (
+		cfg                             bench.Config
+		jsonOut, experiments, variants  string
+		e1Layouts, e2Layouts, e5Layouts string
+		latLayout, victims, survivors   string
+		quiet                           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6) against real PostgreSQL and Redis",
+		Long: `Run TaskForge's end-to-end benchmarks. The harness starts its own serve and
+reference worker processes (this same binary), each step in a fresh database
+created on the --database-url server and dropped after, with a fresh Redis key
+prefix, and prints a table (and with --json, writes every figure as JSON).
+
+  e1       5,000 no-op tasks enqueued first, drained by each worker layout
+  e2       1,000 × 50 ms sleeps, throughput and parallel efficiency
+  latency  100 tasks/s for 10 s to idle long-polling workers, receipt p50/p95/p99
+  e5       every task fails once, then succeeds: checks every history
+  e6       workers SIGKILLed holding tasks: lease expiry → re-delivery, under the
+           server's default leases (30 s) and short ones (2 s)
+
+A layout PxC is P worker processes with --concurrency C each: 16x1 is sixteen
+workers polling for one task at a time, 1x16 one process polling for up to 16.
+Figures come from the attempts table (database clock); see docs/benchmarks.md.
+Exit status 1 when a step failed or a check did not hold.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			parse := func(s string, into *[]bench.Layout) {
+				if err == nil {
+					*into, err = bench.ParseLayouts(s)
+				}
+			}
+			parseOne := func(s string, into *bench.Layout) {
+				if err == nil {
+					*into, err = bench.ParseLayout(s)
+				}
+			}
+			parse(e1Layouts, &cfg.E1.Layouts)
+			parse(e2Layouts, &cfg.E2.Layouts)
+			parse(e5Layouts, &cfg.E5.Layouts)
+			parseOne(latLayout, &cfg.Latency.Layout)
+			parseOne(victims, &cfg.E6.Victims)
+			parseOne(survivors, &cfg.E6.Survivors)
+			if err != nil {
+				return usageError(err)
+			}
+			cfg.Experiments = splitList(experiments)
+			for _, name := range splitList(variants) {
+				i := slices.IndexFunc(bench.DefaultLeaseVariants, func(v bench.LeaseVariant) bool { return v.Name == name })
+				if i < 0 {
+					return usagef("--e6-variants: unknown variant %q (want default, short)", name)
+				}
+				cfg.E6.Variants = append(cfg.E6.Variants, bench.DefaultLeaseVariants[i])
+			}
+			if err := cfg.WithDefaults().Validate(); err != nil {
+				return usageError(err)
+			}
+			if !quiet {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			report, runErr := bench.Run(cmd.Context(), cfg)
+			if report == nil {
+				return runErr
+			}
+			if err := report.WriteTable(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				if err := writeReport(jsonOut, report); err != nil {
+					return errors.Join(runErr, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "results written to %s\n", jsonOut)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if len(report.Problems) > 0 {
+				return fmt.Errorf("%d check(s) failed", len(report.Problems))
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON file")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", bench.DefaultDatabaseURL),
+		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL; each step uses a fresh key prefix ($REDIS_URL)")
+	fs.StringVar(&experiments, "experiments", strings.Join(bench.AllExperiments, ","), "experiments to run, comma-separated")
+	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2 and latency (the table shows medians)")
+	fs.IntVar(&cfg.CheckRuns, "check-runs", 1, "repetitions of e5 and e6")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice (e6's kill moments)")
+	fs.IntVar(&cfg.E1.Tasks, "e1-tasks", 5000, "e1: tasks per step")
+	fs.IntVar(&cfg.E1.Warmup, "e1-warmup", 500, "e1: excluded warm-up tasks per step (-1: none)")
+	fs.StringVar(&e1Layouts, "e1-layouts", "1x1,4x1,8x1,16x1,1x16,4x16", "e1: worker layouts PROCSxCONCURRENCY")
+	fs.IntVar(&cfg.E2.Tasks, "e2-tasks", 1000, "e2: tasks per step")
+	fs.IntVar(&cfg.E2.Warmup, "e2-warmup", 50, "e2: excluded warm-up tasks per step (-1: none)")
+	fs.StringVar(&e2Layouts, "e2-layouts", "1x1,4x1,8x1,16x1", "e2: worker layouts")
+	fs.IntVar(&cfg.SleepMs, "e2-sleep-ms", 50, "e2: each task's sleep")
+	fs.Float64Var(&cfg.Latency.Rate, "latency-rate", 100, "latency: enqueues per second")
+	fs.DurationVar(&cfg.Latency.Duration, "latency-duration", 10*time.Second, "latency: measured stream length")
+	fs.DurationVar(&cfg.Latency.Warmup, "latency-warmup", time.Second, "latency: excluded warm-up stream (-1s: none)")
+	fs.StringVar(&latLayout, "latency-layout", "4x1", "latency: worker layout")
+	fs.IntVar(&cfg.E5.Tasks, "e5-tasks", 1000, "e5: tasks per step")
+	fs.StringVar(&e5Layouts, "e5-layouts", "8x1", "e5: worker layouts")
+	fs.DurationVar(&cfg.E5.BackoffBase, "e5-backoff", 10*time.Millisecond, "e5: the queue's retry backoff base")
+	fs.StringVar(&variants, "e6-variants", "default,short", "e6: lease variants (default: 30s lease, 10s heartbeats, 15s watchdog; short: 2s, 500ms, 1s)")
+	fs.StringVar(&victims, "e6-victims", "4x4", "e6: layout of the workers killed, one task per slot")
+	fs.StringVar(&survivors, "e6-survivors", "4x8", "e6: layout of the idle workers that take the tasks over")
+	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the processes' logs (default: a temporary one, removed unless a step fails)")
+	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
+	fs.BoolVar(&quiet, "quiet", false, "no progress line on stderr")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	cmd.AddCommand(benchServeProfiledCommand())
+	return cmd
+}
+
+// benchServeProfiledCommand is `taskforge bench serve-profiled`: serve, plus a CPU
+// profile of the window between SIGUSR1 and SIGUSR2 (the harness marks its
+// measured windows so). Hidden: the harness runs it, people run serve.
+func benchServeProfiledCommand() *cobra.Command {
+	cmd := serveCommand()
+	cmd.Use = strings.Join(bench.ProfiledServeArgs[1:], " ")
+	cmd.Short = "serve, with a CPU profile of the window between SIGUSR1 and SIGUSR2"
+	cmd.Hidden = true
+	var path string
+	cmd.Flags().StringVar(&path, "cpuprofile", "", "CPU profile to write (required)")
+	serve := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) (err error) {
+		if path == "" {
+			return usagef("--cpuprofile is required")
+		}
+		p := bench.StartServeProfiler(path)
+		defer func() { err = errors.Join(err, p.Stop()) }()
+		return serve(c, args)
+	}
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func writeReport(path string, r *bench.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
