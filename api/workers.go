@@ -498,8 +498,10 @@ func (s *Server) nack(c *gin.Context) {
 		return
 	}
 	s.finished(c, t, req.WorkerID, "")
-	if t.Status == storage.StatusRetry && !t.ScheduledAt.After(t.UpdatedAt) && s.OnDue != nil {
-		s.OnDue(t.Queue) // retry without delay: dispatch it now, not on the next tick
+	if t.Status == storage.StatusRetry {
+		// Let the dispatcher plan for this retry: now if it is due, else for when
+		// its backoff ends, rather than on its next tick.
+		s.due(t.Queue)
 	}
 	c.JSON(http.StatusOK, t)
 }

@@ -510,3 +510,22 @@ func TestBatchAckAndGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// A retry becomes available when its backoff ends, not on the dispatcher's next tick.
+func TestRetryIsDispatchedWhenItsBackoffEnds(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.DispatchInterval = time.Hour }})
+	s.CreateQueue("q", nil)
+	s.Enqueue("q", map[string]any{"payload": 1})
+	p := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(p) != 1 {
+		t.Fatalf("first poll: %+v", p)
+	}
+	s.Nack("w", p[0], "once", map[string]any{"retry_after_ms": 200})
+	start := time.Now()
+	again := s.Poll("w", []string{"q"}, 1, 10000)
+	if len(again) != 1 || again[0].Attempt != 2 {
+		t.Fatalf("the retry was not re-delivered within 10 s (the dispatcher tick is an hour): %+v", again)
+	}
+	t.Logf("retry re-delivered %s after the nack (backoff 200 ms)", time.Since(start))
+}

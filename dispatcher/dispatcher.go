@@ -112,8 +112,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.log.Info("re-added lost buffer entries", "count", n)
 			}
 		}
-		tick.Reset(jitter(d.cfg.Interval))
+		tick.Reset(d.nextPass(ctx))
 	}
+}
+
+// nextPass is how long to sleep: until the earliest waiting task becomes due (a
+// schedule or the end of a retry backoff), at most a tick.
+func (d *Dispatcher) nextPass(ctx context.Context) time.Duration {
+	wait := jitter(d.cfg.Interval)
+	if due, ok, err := d.store.NextDue(ctx); err == nil && ok {
+		// A few milliseconds late, so the task is due on the database clock.
+		wait = min(wait, max(due+2*time.Millisecond, time.Millisecond))
+	}
+	return wait
 }
 
 // jitter spreads replicas' ticks by up to ±10%.

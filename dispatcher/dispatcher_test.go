@@ -166,3 +166,27 @@ func TestRunStopsWithItsContext(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+func TestRunDispatchesAScheduledTaskWhenDueNotOnTheNextTick(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := dispatcher.New(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	at := time.Now().Add(300 * time.Millisecond)
+	enqueue(t, b.store, 1, &at)
+	deadline := time.Now().Add(10 * time.Second)
+	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a task due in 300 ms was not dispatched within 10 s (the tick is an hour)")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if late := time.Since(at); late < 0 || late > 2*time.Second {
+		t.Fatalf("dispatched %s after it became due", late)
+	}
+	cancel()
+	<-done
+}

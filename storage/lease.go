@@ -25,6 +25,19 @@ func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelW
 	return out, nil
 }
 
+// NextDue returns how long until the earliest waiting task (scheduled, or in retry
+// backoff) becomes due, and false when none waits.
+func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	var wait *float64
+	if err := s.pool.QueryRow(ctx, nextDue).Scan(&wait); err != nil {
+		return 0, false, fmt.Errorf("next due task: %w", err)
+	}
+	if wait == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*wait * float64(time.Second)), true, nil
+}
+
 // ListClaimed returns up to limit tasks of queue mirrored into the buffer at least
 // minAge ago and not yet taken by a worker.
 func (s *Store) ListClaimed(ctx context.Context, queue string, minAge time.Duration, limit int) ([]Buffered, error) {

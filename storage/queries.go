@@ -135,6 +135,21 @@ UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
 RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent`
 
+// nextDue is how many seconds until the earliest waiting task of an unpaused queue
+// becomes due (NULL when none waits), read from the head of each priority level
+// through tasks_dispatch_idx.
+const nextDue = `SELECT extract(epoch FROM min(head.scheduled_at) - now())::float8
+FROM queues q
+CROSS JOIN generate_series(1, 10) AS level(priority)
+CROSS JOIN LATERAL (
+	SELECT scheduled_at FROM tasks
+	WHERE queue = q.name AND status IN ('pending', 'retry') AND priority = level.priority
+		AND scheduled_at > now()
+	ORDER BY scheduled_at
+	LIMIT 1
+) head
+WHERE NOT q.paused`
+
 // listClaimed returns tasks mirrored into the buffer at least $2 ms ago, so the
 // dispatcher can re-add entries that Redis lost.
 const listClaimed = `SELECT id, priority, scheduled_at, status AS from_status, traceparent FROM tasks

@@ -11,8 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Enqueue inserts tasks into queue, all or nothing, and wakes dispatchers when any
-// is due now. Every task records traceparent (the enqueue's trace context), if any. A task whose idempotency key the queue already holds is not inserted:
+// Enqueue inserts tasks into queue, all or nothing, and wakes the dispatchers. Every task records traceparent (the enqueue's trace context), if any. A task whose idempotency key the queue already holds is not inserted:
 // when the stored fingerprint matches, the stored task is returned with Created
 // false; otherwise the whole batch fails with an *IdempotencyConflictError.
 func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
@@ -55,10 +54,8 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 			return err
 		}
 		byID := make(map[uuid.UUID]Task, len(inserted))
-		due := false
 		for _, t := range inserted {
 			byID[t.ID] = t
-			due = due || !t.ScheduledAt.After(t.CreatedAt) // both on the database clock
 		}
 		var missingKeys []string
 		for i, t := range tasks {
@@ -75,7 +72,8 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 				return err
 			}
 		}
-		if due {
+		if len(inserted) > 0 {
+			// Dispatchers take due tasks at once and plan a wake-up for later ones.
 			if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
 				return err
 			}
