@@ -57,3 +57,15 @@ BENCH_FLAGS ?=
 
 bench-e2e: build ## End-to-end benchmarks E1, E2, latency, E5, E6; table on stdout, figures in $(BENCH_JSON)
 	./$(BIN) bench --json $(BENCH_JSON) $(BENCH_FLAGS)
+
+# Fuzz the request decoders and the buffer's score / pop arguments, FUZZTIME each
+# (their seed corpora, testdata/fuzz, also run in every `go test`).
+FUZZTIME ?= 10s
+API_FUZZ    := FuzzEnqueueBody FuzzBatchBody FuzzPollBody FuzzQueueSettings FuzzCursor
+BUFFER_FUZZ := FuzzScore FuzzPopArguments
+
+.PHONY: fuzz
+
+fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
+	@set -e; for t in $(API_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./api/; done; \
+	  for t in $(BUFFER_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./buffer/; done

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -18,8 +19,14 @@ func decode(c *gin.Context, limit int64, dst any) error {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		return invalid("Content-Type must be application/json")
 	}
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+	if err != nil {
+		return decodeError(err, limit)
+	}
+	if err := storable(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err, limit)
@@ -32,6 +39,31 @@ func decode(c *gin.Context, limit int64, dst any) error {
 		return invalid("request body must hold exactly one JSON value")
 	}
 	return nil
+}
+
+// storable refuses bodies PostgreSQL could not store: invalid UTF-8 (which JSON
+// forbids, but json.RawMessage payloads would keep) and the \u0000 escape (text
+// and jsonb cannot hold NUL). Checking here, before any handler runs, keeps such a
+// request from changing anything, Redis hints included.
+func storable(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return invalid("request body must be valid UTF-8")
+	}
+	for i := 0; ; {
+		j := bytes.Index(raw[i:], []byte(`\u0000`))
+		if j < 0 {
+			return nil
+		}
+		j += i
+		backslashes := 0 // an odd run ending at j is an escape; an even one, literal text
+		for k := j; k >= 0 && raw[k] == '\\'; k-- {
+			backslashes++
+		}
+		if backslashes%2 == 1 {
+			return invalid(`strings must not contain \u0000 (NUL): PostgreSQL cannot store it`)
+		}
+		i = j + 1
+	}
 }
 
 func decodeError(err error, limit int64) error {

@@ -93,6 +93,13 @@ func toAPIError(err error) *Error {
 			return &Error{Status: m.status, Code: m.code, Message: msg}
 		}
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "22021" || pgErr.Code == "22P05" || pgErr.Code == "22003") {
+		// Input PostgreSQL cannot store: text with NUL or invalid UTF-8 (in a path,
+		// query or header), or a JSON number beyond numeric's range.
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest,
+			Message: "text must be valid UTF-8 without NUL characters, and numbers within PostgreSQL's numeric range"}
+	}
 	if isUnavailable(err) {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "a backing service (PostgreSQL or Redis) is unavailable; retry later"}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -41,8 +42,10 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 		q.MaxRetries = qs.MaxRetries.Value
 	}
 	if qs.RateLimit.Set {
-		if qs.RateLimit.Valid && !(qs.RateLimit.Value > 0 && qs.RateLimit.Value <= 1e6) {
-			return invalid("rate_limit must be a number of tasks per second above 0 (at most 1000000), or null for unlimited")
+		// At least 1e-6/s (one task per ~12 days): the pop script's bucket expiry,
+		// burst/rate in ms, must fit in a Redis integer.
+		if qs.RateLimit.Valid && !(qs.RateLimit.Value >= 1e-6 && qs.RateLimit.Value <= 1e6) {
+			return invalid("rate_limit must be a number of tasks per second from 0.000001 to 1000000, or null for unlimited")
 		}
 		q.RateLimit = qs.RateLimit.Ptr()
 	}
@@ -129,9 +132,11 @@ func (s *Server) listQueues(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	views := make([]storage.Queue, len(qs))
-	for i, q := range qs {
-		views[i] = queueView(q)
+	views := make([]storage.Queue, 0, len(qs))
+	for _, q := range qs {
+		if auth.QueueAllowed(c, q.Name) { // a queue-restricted token sees only its queues
+			views = append(views, queueView(q))
+		}
 	}
 	c.JSON(http.StatusOK, gin.H{"queues": views})
 }

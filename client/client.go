@@ -21,8 +21,16 @@ const DefaultURL = "http://127.0.0.1:8080"
 // It is safe for concurrent use. Methods never retry on their own: a failed call
 // returns an error that matches the sentinels of this package.
 type Client struct {
-	base string // scheme://host[:port][/prefix], without a trailing slash
-	hc   *http.Client
+	base  string // scheme://host[:port][/prefix], without a trailing slash
+	hc    *http.Client
+	token string // API token sent as Authorization: Bearer; empty = none
+}
+
+// WithToken makes the Client authenticate every request with the API token tok
+// ("tf_…"), sent as "Authorization: Bearer tok". Without it, requests carry no
+// token, which works only while the server has no tokens at all.
+func WithToken(tok string) Option {
+	return func(c *Client) { c.token = tok }
 }
 
 // Option configures a Client.
@@ -91,6 +99,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	// The caller's trace (if ctx carries one) continues on the server: an enqueue
 	// stores it, and the worker that runs the task joins it.
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))

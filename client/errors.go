@@ -39,6 +39,13 @@ var (
 	ErrUnavailable = errors.New("server unavailable")
 	// ErrInternal: the server failed unexpectedly (500).
 	ErrInternal = errors.New("internal server error")
+	// ErrUnauthorized: the request carried no valid API token (401): missing,
+	// malformed, unknown, expired or revoked. See WithToken.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the token's role or queues do not allow the request (403).
+	ErrForbidden = errors.New("forbidden")
+	// ErrRateLimited: the token (or worker id) is over its request limit (429); retry later.
+	ErrRateLimited = errors.New("rate limited")
 
 	// ErrTaskCancelled is the context cause of a handler whose task was cancelled
 	// (DELETE /queues/:name/tasks/:id while it was executing).
@@ -63,6 +70,9 @@ var codes = map[string]error{
 	"lease_lost":           ErrLeaseLost,
 	"unavailable":          ErrUnavailable,
 	"internal":             ErrInternal,
+	"unauthorized":         ErrUnauthorized,
+	"forbidden":            ErrForbidden,
+	"rate_limited":         ErrRateLimited,
 }
 
 // APIError is an error response of the TaskForge API:
@@ -117,9 +127,10 @@ func (e *unreachableError) Unwrap() error        { return e.err }
 func (e *unreachableError) Is(target error) bool { return target == ErrUnavailable }
 
 // temporary reports whether a request that failed with err may succeed if sent
-// again later: the server was unreachable, unavailable or failed internally.
+// again later: the server was unreachable, unavailable, failed internally, or
+// rate-limited the caller.
 func temporary(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInternal)
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInternal) || errors.Is(err, ErrRateLimited)
 }
 
 // Permanent marks a handler error as not worth retrying: the worker nacks the task

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskforge/taskforge/api"
+	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
@@ -55,6 +56,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// TrustedOrigins may make state-changing browser requests from another origin.
 	TrustedOrigins []string
+	// Auth tunes API-token authentication and the abuse limits (package auth); it
+	// is on while an unrevoked token exists.
+	Auth auth.Config
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -104,6 +108,7 @@ type Server struct {
 	Store      *storage.Store
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
+	Auth       *auth.Guard
 }
 
 // New connects to PostgreSQL and Redis, applies migrations (unless NoMigrate) and
@@ -145,15 +150,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
+	s.Auth = auth.New(s.Store, cfg.Auth, log.With("component", "auth"))
 	s.API, err = api.New(s.Store, s.Buffer, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
-		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins,
+		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.Auth.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry},
 		log.With("component", "dispatcher"))

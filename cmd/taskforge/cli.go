@@ -92,6 +92,7 @@ func defaultServer() string {
 // cliOptions are the flags every client command shares.
 type cliOptions struct {
 	server  string
+	token   string
 	output  string
 	timeout time.Duration
 }
@@ -100,6 +101,7 @@ type cliOptions struct {
 func (o *cliOptions) register(cmd *cobra.Command) {
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&o.server, "server", defaultServer(), "TaskForge server URL ($TASKFORGE_URL)")
+	fs.StringVar(&o.token, "token", os.Getenv("TASKFORGE_TOKEN"), "API token sent to the server ($TASKFORGE_TOKEN)")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "time limit of each request to the server")
 }
@@ -109,7 +111,7 @@ func (o *cliOptions) client() (*client.Client, error) {
 	if o.output != "table" && o.output != "json" {
 		return nil, usagef("--output %q: want table or json", o.output)
 	}
-	c, err := client.New(o.server)
+	c, err := client.New(o.server, client.WithToken(o.token))
 	if err != nil {
 		return nil, usageError(err)
 	}

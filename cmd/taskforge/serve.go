@@ -25,6 +25,7 @@ type serverFlags struct {
 	logFormat string
 	logLevel  string
 	envErrs   []error // environment values that did not parse
+	insecure  bool    // serve without tokens on a non-loopback address (serve_auth.go)
 }
 
 func envOr(name, def string) string {
@@ -73,6 +74,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		"origin allowed to make state-changing browser requests from elsewhere, e.g. a proxy's https://ops.example.com ($TASKFORGE_TRUSTED_ORIGINS, comma-separated)")
 	fs.StringVar(&f.logFormat, "log-format", envOr("TASKFORGE_LOG_FORMAT", "json"), "log format: json or text ($TASKFORGE_LOG_FORMAT)")
 	fs.StringVar(&f.logLevel, "log-level", envOr("TASKFORGE_LOG_LEVEL", "info"), "log level: debug, info, warn, error ($TASKFORGE_LOG_LEVEL)")
+	f.registerAuth(fs)
 }
 
 func serveCommand() *cobra.Command {
@@ -100,6 +102,9 @@ func serveCommand() *cobra.Command {
 				return err
 			}
 			defer srv.Close()
+			if err := checkExposure(cmd.Context(), srv, f.cfg.Listen, f.insecure, log); err != nil {
+				return exitError{2, err}
+			}
 			return srv.ListenAndServe(cmd.Context())
 		},
 	}

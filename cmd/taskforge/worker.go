@@ -77,6 +77,7 @@ func handlerNames() string {
 func workerCommand() *cobra.Command {
 	var (
 		server   string
+		token    string
 		queues   []string
 		cfg      client.WorkerConfig
 		logLevel string
@@ -123,7 +124,7 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 				}
 				bindings = append(bindings, binding{name, h})
 			}
-			c, err := client.New(server)
+			c, err := client.New(server, client.WithToken(token))
 			if err != nil {
 				return usageError(err)
 			}
@@ -150,6 +151,7 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&server, "server", defaultServer(), "TaskForge server URL ($TASKFORGE_URL)")
+	fs.StringVar(&token, "token", envOr("TASKFORGE_TOKEN", ""), "API token with the worker role ($TASKFORGE_TOKEN)")
 	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
 	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
 	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")

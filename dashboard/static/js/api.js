@@ -43,6 +43,11 @@ export async function api(method, path, body, opts = {}) {
   } catch (err) {
     throw new ApiError(0, 'network', `TaskForge did not answer (${err.message})`);
   }
+  if (resp.status === 401) {
+    // The session ended (signed out elsewhere, expired, or its token revoked).
+    window.location.assign('/admin/login');
+    throw new ApiError(401, 'unauthorized', 'Signed out: sign in again');
+  }
   if (resp.status === 204) return null;
   const text = await resp.text();
   let data = null;

@@ -1,0 +1,9 @@
+package auth_test
+
+import (
+	"testing"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
