@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/server"
@@ -285,8 +286,10 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	if len(h) != 2 || h[0].Status != "abandoned" || h[1].Status != "succeeded" {
 		t.Fatalf("the crashed worker's task: %+v", h)
 	}
-	if n := a.Redis.ZCard(context.Background(), a.Server.Buffer.RunningKey("q")).Val(); n != 0 {
-		t.Fatalf("%d slots still held after all work finished", n)
-	}
+	// A slot can outlive its task briefly (a rebuild that raced the task's ack);
+	// the dispatcher's reconcile frees it once it is older than buffer.SlotGrace.
+	testserver.Eventually(t, 3*buffer.SlotGrace+5*time.Second, "every slot freed", func() bool {
+		return a.Redis.ZCard(context.Background(), a.Server.Buffer.RunningKey("q")).Val() == 0
+	})
 	_ = http.StatusOK
 }
