@@ -6,6 +6,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -56,6 +58,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// TrustedOrigins may make state-changing browser requests from another origin.
 	TrustedOrigins []string
+	// Retention is how long done and cancelled tasks are kept. Defaults to 7 days.
+	Retention time.Duration
+	// RetentionInterval is the pause between janitor sweeps. Defaults to 1 minute.
+	RetentionInterval time.Duration
+	// TLSCertFile and TLSKeyFile, when both set, make the API serve HTTPS.
+	TLSCertFile, TLSKeyFile string
 	// Auth tunes API-token authentication and the abuse limits (package auth); it
 	// is on while an unrevoked token exists.
 	Auth auth.Config
@@ -91,6 +99,8 @@ func (c Config) Validate() error {
 		return errors.New("TASKFORGE_BACKOFF_MAX must not be below TASKFORGE_BACKOFF_BASE")
 	case c.MaxPayloadBytes < 1:
 		return errors.New("TASKFORGE_MAX_PAYLOAD_BYTES must be positive")
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("TASKFORGE_TLS_CERT and TASKFORGE_TLS_KEY go together")
 	}
 	return nil
 }
@@ -108,6 +118,7 @@ type Server struct {
 	Store      *storage.Store
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
+	Janitor    *janitor.Janitor
 	Auth       *auth.Guard
 }
 
@@ -167,7 +178,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
+	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval},
+		log.With("component", "janitor"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
+		s.Dispatcher.Wake() // retries scheduled by the reclaim: plan for them
 		for _, r := range ended {
 			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
 			s.Telemetry.Reclaimed(r.Queue, r.Outcome)
@@ -225,6 +239,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	run("wake listener", s.API.Run)
 	run("dispatcher", s.Dispatcher.Run)
 	run("watchdog", s.Watchdog.Run)
+	run("janitor", s.Janitor.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -256,6 +271,14 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	if s.cfg.TLSCertFile != "" || s.cfg.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("load TLS certificate: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	return s.Serve(ctx, ln)
 }

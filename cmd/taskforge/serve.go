@@ -66,6 +66,10 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", maxPayload, "largest task payload or result ($TASKFORGE_MAX_PAYLOAD_BYTES)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", envOr("TASKFORGE_REDIS_PREFIX", "taskforge"), "prefix of every Redis key ($TASKFORGE_REDIS_PREFIX)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
+	f.durationVar(fs, &c.Retention, "retention", "TASKFORGE_RETENTION", 7*24*time.Hour, "how long done and cancelled tasks are kept")
+	f.durationVar(fs, &c.RetentionInterval, "retention-interval", "TASKFORGE_RETENTION_INTERVAL", time.Minute, "pause between retention sweeps")
+	fs.StringVar(&c.TLSCertFile, "tls-cert", envOr("TASKFORGE_TLS_CERT", ""), "PEM certificate file: serve HTTPS ($TASKFORGE_TLS_CERT)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key", envOr("TASKFORGE_TLS_KEY", ""), "PEM private key file for --tls-cert ($TASKFORGE_TLS_KEY)")
 	var trusted []string
 	if v := envOr("TASKFORGE_TRUSTED_ORIGINS", ""); v != "" {
 		trusted = strings.Split(v, ",")
