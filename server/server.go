@@ -27,6 +27,7 @@ import (
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
 	"github.com/taskforge/taskforge/watchdog"
@@ -64,6 +65,9 @@ type Config struct {
 	RetentionInterval time.Duration
 	// TLSCertFile and TLSKeyFile, when both set, make the API serve HTTPS.
 	TLSCertFile, TLSKeyFile string
+	// EncryptionKeys, when set ("id=base64,id2=base64"; the first seals), encrypts
+	// payloads and results at rest with AES-256-GCM (see package sealer).
+	EncryptionKeys string
 	// Auth tunes API-token authentication and the abuse limits (package auth); it
 	// is on while an unrevoked token exists.
 	Auth auth.Config
@@ -157,7 +161,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.checkEvictionPolicy(ctx)
 	}
 
-	s.Store = storage.New(pool)
+	var storeOpts []storage.Option
+	if cfg.EncryptionKeys != "" {
+		keys, err := sealer.ParseKeys(cfg.EncryptionKeys)
+		if err == nil {
+			var sl *sealer.Sealer
+			if sl, err = sealer.New(keys); err == nil {
+				storeOpts = append(storeOpts, storage.WithSealer(sl))
+			}
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("TASKFORGE_ENCRYPTION_KEYS: %w", err)
+		}
+	}
+	s.Store = storage.New(pool, storeOpts...)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))

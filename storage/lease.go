@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskforge/taskforge/sealer"
 )
 
 // DispatchDue moves up to limit due pending or retry tasks of queue to claimed, best
@@ -94,7 +96,7 @@ func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
 	}
-	claimed, err := collectTasks(rows)
+	claimed, err := s.collectTasks(rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
 	}
@@ -163,7 +165,11 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 	for i, it := range items {
 		ids[i], tokens[i], workers[i] = it.TaskID, it.LeaseToken, it.WorkerID
 		if len(it.Result) > 0 {
-			r := string(it.Result)
+			sealed, err := s.seal(it.TaskID.String(), sealer.Result, it.Result)
+			if err != nil {
+				return nil, fmt.Errorf("ack task %s: %w", it.TaskID, err)
+			}
+			r := string(sealed)
 			results[i] = &r
 		}
 	}
@@ -171,7 +177,7 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
-	acked, err := collectTasks(rows)
+	acked, err := s.collectTasks(rows)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
@@ -194,6 +200,9 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 	}
 	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, n.Error)
 	t, err := one[Task](rows, err, ErrLeaseLost)
+	if err == nil {
+		err = s.open(&t)
+	}
 	if err != nil {
 		return Task{}, fmt.Errorf("nack task %s: %w", n.TaskID, err)
 	}

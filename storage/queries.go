@@ -422,3 +422,20 @@ WHERE t.id = $1 AND t.revoked_at IS NULL
 RETURNING expires_at`
 
 const deleteSession = `DELETE FROM dashboard_sessions WHERE hash = $1`
+
+// Encryption at rest
+
+// unsealedTasks lists, in id order after $2, up to $3 tasks whose payload or result
+// is not sealed with the current key ($1 is the sealed prefix "v1.<key id>.").
+const unsealedTasks = `SELECT id, queue, payload, result FROM tasks
+WHERE id > $2 AND (
+	left(coalesce(payload->>'taskforge_sealed', ''), length($1)) <> $1
+	OR (result IS NOT NULL AND left(coalesce(result->>'taskforge_sealed', ''), length($1)) <> $1))
+ORDER BY id
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
+
+// resealTasks stores re-sealed payloads and results.
+const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, payload, result)
+WHERE t.id = u.id`

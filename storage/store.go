@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskforge/taskforge/sealer"
 )
 
 // DueChannel is the LISTEN/NOTIFY channel on which enqueues announce due work; the
@@ -22,12 +25,26 @@ const StatsWindow = time.Minute
 
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	sealer *sealer.Sealer // nil: payloads and results are stored in clear
 }
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithSealer encrypts payloads and results at rest: they are sealed before every
+// write and opened after every read, so callers only ever see plain JSON.
+func WithSealer(x *sealer.Sealer) Option { return func(s *Store) { s.sealer = x } }
 
 // New returns a Store on pool. The pool should be opened with Connect (or have
 // ConfigureConn applied) so that times come back in UTC.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
 
 // Pool returns the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -68,8 +85,41 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23503"
 }
 
-func collectTasks(rows pgx.Rows) ([]Task, error) {
-	return pgx.CollectRows(rows, pgx.RowToStructByName[Task])
+// collectTasks reads task rows, opening sealed payloads and results.
+func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
+	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Task])
+	if err != nil {
+		return nil, err
+	}
+	for i := range tasks {
+		if err := s.open(&tasks[i]); err != nil {
+			return nil, err
+		}
+	}
+	return tasks, nil
+}
+
+// open replaces t's sealed payload and result with their plain JSON.
+func (s *Store) open(t *Task) error {
+	if s.sealer == nil || t.ID == uuid.Nil {
+		return nil
+	}
+	var err error
+	if t.Payload, err = s.sealer.Open(t.Queue, sealer.Payload, t.Payload); err != nil {
+		return fmt.Errorf("task %s payload: %w", t.ID, err)
+	}
+	if t.Result, err = s.sealer.Open(t.ID.String(), sealer.Result, t.Result); err != nil {
+		return fmt.Errorf("task %s result: %w", t.ID, err)
+	}
+	return nil
+}
+
+// seal returns what to store for v: v itself, or its sealed form when encryption is on.
+func (s *Store) seal(binding string, field sealer.Field, v json.RawMessage) (json.RawMessage, error) {
+	if s.sealer == nil {
+		return v, nil
+	}
+	return s.sealer.Seal(binding, field, v)
 }
 
 // one returns the only row of rows, or notFound when there is none.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskforge/taskforge/sealer"
 )
 
 // Enqueue inserts tasks into queue, all or nothing, and wakes the dispatchers. Every task records traceparent (the enqueue's trace context), if any. A task whose idempotency key the queue already holds is not inserted:
@@ -26,7 +28,11 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 	fingerprints := make([][]byte, n)
 	for i, t := range tasks {
 		ids[i] = t.ID
-		payloads[i] = string(t.Payload)
+		payload, err := s.seal(queue, sealer.Payload, t.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue into %s: %w", queue, err)
+		}
+		payloads[i] = string(payload)
 		priorities[i] = int32(t.Priority)
 		schedules[i] = t.ScheduledAt
 		retries[i] = int32Ptr(t.MaxRetries)
@@ -49,7 +55,7 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 		if err != nil {
 			return err
 		}
-		inserted, err := collectTasks(rows)
+		inserted, err := s.collectTasks(rows)
 		if err != nil {
 			return err
 		}
@@ -96,7 +102,7 @@ func (s *Store) matchExisting(ctx context.Context, tx pgx.Tx, queue string, task
 	if err != nil {
 		return err
 	}
-	existing, err := collectTasks(rows)
+	existing, err := s.collectTasks(rows)
 	if err != nil {
 		return err
 	}
@@ -134,6 +140,9 @@ func int32Ptr(v *int) *int32 {
 func (s *Store) GetTask(ctx context.Context, queue string, id uuid.UUID) (Task, []Attempt, error) {
 	rows, err := s.pool.Query(ctx, getTask, queue, id)
 	t, err := one[Task](rows, err, nil)
+	if err == nil {
+		err = s.open(&t)
+	}
 	if err == nil && t.ID == uuid.Nil {
 		err = s.queueOrTaskNotFound(ctx, queue)
 	}
@@ -169,7 +178,7 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
 	}
-	tasks, err := collectTasks(rows)
+	tasks, err := s.collectTasks(rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
 	}
@@ -193,6 +202,9 @@ type Cancelled struct {
 func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Cancelled, error) {
 	rows, err := s.pool.Query(ctx, cancelTask, queue, id)
 	t, err := one[Cancelled](rows, err, nil)
+	if err == nil {
+		err = s.open(&t.Task)
+	}
 	if err == nil && t.ID == uuid.Nil {
 		var status string
 		err = s.pool.QueryRow(ctx, taskStatus, queue, id).Scan(&status)
@@ -264,7 +276,7 @@ func (s *Store) ListDead(ctx context.Context, queue string, limit int, after *Cu
 	if err != nil {
 		return nil, nil, fmt.Errorf("list dead tasks of %s: %w", queue, err)
 	}
-	tasks, err := collectTasks(rows)
+	tasks, err := s.collectTasks(rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list dead tasks of %s: %w", queue, err)
 	}
@@ -313,7 +325,7 @@ func (s *Store) Replay(ctx context.Context, queue string, ids []uuid.UUID, all b
 		if err != nil {
 			return err
 		}
-		if out, err = collectTasks(rows); err != nil {
+		if out, err = s.collectTasks(rows); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, notifyDue, DueChannel, queue)

@@ -25,7 +25,9 @@ type serverFlags struct {
 	logFormat string
 	logLevel  string
 	envErrs   []error // environment values that did not parse
-	insecure  bool    // serve without tokens on a non-loopback address (serve_auth.go)
+	// encryptionKeysFile, when set, holds the encryption keys (read at start).
+	encryptionKeysFile string
+	insecure           bool // serve without tokens on a non-loopback address (serve_auth.go)
 }
 
 func envOr(name, def string) string {
@@ -70,6 +72,9 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.durationVar(fs, &c.RetentionInterval, "retention-interval", "TASKFORGE_RETENTION_INTERVAL", time.Minute, "pause between retention sweeps")
 	fs.StringVar(&c.TLSCertFile, "tls-cert", envOr("TASKFORGE_TLS_CERT", ""), "PEM certificate file: serve HTTPS ($TASKFORGE_TLS_CERT)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key", envOr("TASKFORGE_TLS_KEY", ""), "PEM private key file for --tls-cert ($TASKFORGE_TLS_KEY)")
+	fs.StringVar(&f.encryptionKeysFile, "encryption-keys-file", envOr("TASKFORGE_ENCRYPTION_KEYS_FILE", ""),
+		"file of id=base64 AES-256 keys, one per line, the first sealing: encrypt payloads and results at rest ($TASKFORGE_ENCRYPTION_KEYS_FILE; or the keys themselves in $TASKFORGE_ENCRYPTION_KEYS)")
+	c.EncryptionKeys = os.Getenv("TASKFORGE_ENCRYPTION_KEYS")
 	var trusted []string
 	if v := envOr("TASKFORGE_TRUSTED_ORIGINS", ""); v != "" {
 		trusted = strings.Split(v, ",")
@@ -89,6 +94,9 @@ func serveCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(f.envErrs...); err != nil {
+				return exitError{2, err}
+			}
+			if err := f.loadEncryptionKeys(); err != nil {
 				return exitError{2, err}
 			}
 			log, err := newLogger(f.logFormat, f.logLevel)
@@ -141,4 +149,17 @@ func migrateCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
 	return cmd
+}
+
+// loadEncryptionKeys reads --encryption-keys-file into the config, when given.
+func (f *serverFlags) loadEncryptionKeys() error {
+	if f.encryptionKeysFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f.encryptionKeysFile)
+	if err != nil {
+		return fmt.Errorf("encryption keys: %w", err)
+	}
+	f.cfg.EncryptionKeys = string(b)
+	return nil
 }
