@@ -31,7 +31,12 @@ const (
 	CodeLeaseLost           = "lease_lost"
 	CodeUnavailable         = "unavailable"
 	CodeInternal            = "internal"
+	CodeClientClosed        = "client_closed_request"
 )
+
+// StatusClientClosedRequest is recorded (metrics, logs) for requests whose caller
+// went away before the answer, as nginx does; no client ever reads it.
+const StatusClientClosedRequest = 499
 
 // Error is an error the API reports to its caller as
 // {"error": {"code": ..., "message": ...}} with Status.
@@ -136,6 +141,11 @@ func isUnavailable(err error) bool {
 // fail writes err as the JSON error body and aborts the request.
 func (s *Server) fail(c *gin.Context, err error) {
 	apiErr := toAPIError(err)
+	if c.Request.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The caller hung up: nobody reads this answer, and it is no server error.
+		apiErr = &Error{Status: StatusClientClosedRequest, Code: CodeClientClosed, Message: "the client closed the request"}
+		s.log.Debug("client closed the request", "method", c.Request.Method, "path", c.FullPath())
+	}
 	if apiErr.Status >= 500 {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
 	}
