@@ -76,6 +76,11 @@ type Server struct {
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
 	// now, so the replica's dispatcher can run without waiting for its tick.
 	OnDue func(queue string)
+	// OnLow, when set, is called when a poll leaves a queue's buffer nearly empty
+	// (below LowWater ids), so the replica's dispatcher refills it from the backlog.
+	OnLow func(queue string)
+	// LowWater is the buffer size that counts as nearly empty.
+	LowWater int
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker id → when this replica last recorded it

@@ -206,6 +206,9 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 			synced = true
 			continue
 		}
+		if len(popped.Entries) > 0 && popped.Remaining < s.LowWater && s.OnLow != nil {
+			s.OnLow(queue)
+		}
 		if len(popped.Entries) == 0 {
 			switch {
 			case popped.Paused:

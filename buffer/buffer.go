@@ -121,6 +121,8 @@ type Popped struct {
 	Paused     bool // the queue is paused; nothing was popped
 	// RedisTimeUs is the Redis clock (Unix microseconds) the script used.
 	RedisTimeUs int64
+	// Remaining is how many ids the buffer holds after the pop.
+	Remaining int
 	// NeedSync says the queue's concurrency slots must be rebuilt from PostgreSQL
 	// (Reconcile) before anything can be popped.
 	NeedSync bool
@@ -140,15 +142,16 @@ func (b *Buffer) Pop(ctx context.Context, queue string, n int, limits ratelimit.
 	if err != nil {
 		return Popped{}, fmt.Errorf("pop from %s: %w", queue, err)
 	}
-	if len(res) < 3 {
+	if len(res) < 4 {
 		return Popped{}, fmt.Errorf("pop from %s: short reply %v", queue, res)
 	}
 	status, _ := res[0].(int64)
 	retryMs, _ := res[1].(int64)
 	nowUs, _ := res[2].(int64)
+	remaining, _ := res[3].(int64)
 	out := Popped{Paused: status == 1, NeedSync: status == 2, AtCap: status == 3, RetryAfter: time.Duration(retryMs) * time.Millisecond,
-		RedisTimeUs: nowUs}
-	for i := 3; i+1 < len(res); i += 2 {
+		RedisTimeUs: nowUs, Remaining: int(remaining)}
+	for i := 4; i+1 < len(res); i += 2 {
 		member, _ := res[i].(string)
 		rawScore, _ := res[i+1].(string)
 		id, err := uuid.Parse(member)

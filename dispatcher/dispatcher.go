@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,11 +65,31 @@ type Dispatcher struct {
 	cfg   Config
 	log   *slog.Logger
 	wake  chan struct{}
+	// lastLowWake is when WakeLow last woke the loop (Unix nanoseconds).
+	lastLowWake atomic.Int64
 }
 
 // New returns a Dispatcher.
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Dispatcher {
 	return &Dispatcher{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, wake: make(chan struct{}, 1)}
+}
+
+// LowWater is the buffer size below which a poll asks for a refill (WakeLow), so a
+// backlog in PostgreSQL keeps flowing without waiting for a tick.
+const LowWater = 250
+
+// lowWakeEvery bounds how often pops of a nearly empty buffer wake the dispatcher.
+const lowWakeEvery = 20 * time.Millisecond
+
+// WakeLow asks for a refill pass because a buffer fell below LowWater; calls closer
+// together than lowWakeEvery are merged, so an empty backlog costs few passes.
+func (d *Dispatcher) WakeLow() {
+	now := time.Now().UnixNano()
+	last := d.lastLowWake.Load()
+	if now-last < int64(lowWakeEvery) || !d.lastLowWake.CompareAndSwap(last, now) {
+		return
+	}
+	d.Wake()
 }
 
 // Wake asks for a dispatch pass as soon as possible.

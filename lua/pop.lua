@@ -12,7 +12,8 @@
 -- ARGV[4]  max concurrency; 0 = unlimited
 -- ARGV[5]  1 when the queue is paused
 --
--- Returns {status, retry_after_ms, now_us, id1, score1, id2, score2, ...} where status is
+-- Returns {status, retry_after_ms, now_us, remaining, id1, score1, id2, score2, ...}
+-- where remaining is how many ids the buffer holds after the pop, and status is
 --   0 ok (possibly no ids: empty buffer, no tokens or no free slot),
 --   1 paused,
 --   2 the running set must be rebuilt from PostgreSQL first (KEYS[4] is missing),
@@ -30,17 +31,17 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 if ARGV[5] == '1' then
-  return {1, 0, now_us}
+  return {1, 0, now_us, redis.call('ZCARD', KEYS[1])}
 end
 
 local allowed = want
 if cap > 0 then
   if redis.call('EXISTS', KEYS[4]) == 0 then
-    return {2, 0, now_us}
+    return {2, 0, now_us, redis.call('ZCARD', KEYS[1])}
   end
   allowed = math.min(allowed, cap - redis.call('ZCARD', KEYS[3]))
   if allowed <= 0 then
-    return {3, 0, now_us}
+    return {3, 0, now_us, redis.call('ZCARD', KEYS[1])}
   end
 end
 
@@ -83,7 +84,7 @@ if cap > 0 and n > 0 then
   end
 end
 
-local out = {0, retry_after, now_us}
+local out = {0, retry_after, now_us, redis.call('ZCARD', KEYS[1])}
 for i = 1, #popped do
   out[#out + 1] = popped[i]
 end

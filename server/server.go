@@ -196,6 +196,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
+	s.API.OnLow, s.API.LowWater = func(string) { s.Dispatcher.WakeLow() }, dispatcher.LowWater
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval},
 		log.With("component", "janitor"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
