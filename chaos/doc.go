@@ -1,0 +1,27 @@
+// Package chaos is TaskForge's fault-injection suite. It proves invariant 1 of
+// DESIGN §3 (no task is lost) together with 2 and 3 (one valid lease at a time; a
+// done task never runs again) against the real thing: its tests build the
+// taskforge binary, start a throwaway PostgreSQL and Redis, three `taskforge serve`
+// replicas behind a small round-robin TCP proxy and eight reference workers
+// (`taskforge worker`), enqueue thousands of tasks through the API while a seeded
+// fault schedule runs, then read PostgreSQL and check every task and attempt.
+//
+// The faults: SIGKILL of workers holding tasks and of serve replicas (each is
+// restarted), SIGSTOP of a worker past its lease (its late heartbeat, ack and nack
+// must get 409; the test also checks this with a lease of its own that it lets
+// expire), FLUSHALL and restart of Redis, fast-shutdown and SIGKILL restarts of
+// PostgreSQL, and crash points inside serve (internal/crashpoint) on two replicas.
+//
+// The package holds no production code: everything is in its tests, which skip
+// under -short. `make test` runs a bounded run (2,000 tasks, 90 s of faults);
+// `make chaos` a long one (10,000 tasks). Environment:
+//
+//	TASKFORGE_CHAOS_TASKS     tasks to enqueue (default 2000)
+//	TASKFORGE_CHAOS_DURATION  length of the fault window (default 90s)
+//	TASKFORGE_CHAOS_SEED      seed of the task mix and fault schedule (default 20260101)
+//	TASKFORGE_CHAOS_REPORT    if set, a file to write the figures to (Markdown)
+//
+// The same seed gives the same task mix and the same fault schedule (kinds, times,
+// targets and down times); what the processes do in between is up to the machine.
+// docs/reliability.md describes the method and records measured runs.
+package chaos
