@@ -176,7 +176,8 @@ type runner struct {
 	mu        sync.Mutex
 	active    map[*job]struct{} // tasks held: running, or being reported
 	wg        sync.WaitGroup    // one count per active job
-	slotFreed chan struct{}     // signalled when a job leaves active
+	slotFreed chan struct{}     // signalled when a job leaves active or its handler returns
+	reporting int               // active jobs whose handler returned (their report is on its way)
 
 	// Acks of tasks that finish together go out in one batch request.
 	ackMu      sync.Mutex
@@ -193,6 +194,7 @@ type job struct {
 	stopOnce   sync.Once
 	owned      atomic.Bool // set by whoever reports the task: its handler's return, or shutdown
 	lost       atomic.Bool // the lease is known to be lost
+	reporting  bool        // handler returned, report in flight (guarded by runner.mu)
 
 	mu       sync.Mutex
 	leaseLen time.Duration // estimated lease length; zero when unknown
@@ -272,10 +274,27 @@ func (r *runner) run(ctx context.Context) error {
 	return fatal
 }
 
+// activeCount is how many slots are taken: tasks whose handler still runs. Tasks
+// whose handler returned but whose ack or nack is still on its way hold no slot, so
+// the next poll overlaps with their report.
 func (r *runner) activeCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.active)
+	return len(r.active) - r.reporting
+}
+
+// handlerReturned frees j's slot while its outcome is reported.
+func (r *runner) handlerReturned(j *job) {
+	r.mu.Lock()
+	if _, ok := r.active[j]; ok && !j.reporting {
+		j.reporting = true
+		r.reporting++
+	}
+	r.mu.Unlock()
+	select {
+	case r.slotFreed <- struct{}{}:
+	default:
+	}
 }
 
 // start runs the handler of t and heartbeats it.
@@ -334,6 +353,7 @@ func (r *runner) execute(ctx context.Context, j *job) {
 	if !j.claim() {
 		return // shutdown handed the task back already
 	}
+	r.handlerReturned(j)
 	j.stopHeartbeats()
 	cause := context.Cause(ctx)
 	j.cancel(context.Canceled)
@@ -537,6 +557,10 @@ func (r *runner) heartbeat(j *job, interval time.Duration) {
 // done releases j's slot.
 func (r *runner) done(j *job) {
 	r.mu.Lock()
+	if j.reporting {
+		j.reporting = false
+		r.reporting--
+	}
 	delete(r.active, j)
 	r.mu.Unlock()
 	r.wg.Done()
