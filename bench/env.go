@@ -4,19 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"github.com/taskforge/taskforge/internal/localpg"
 	"net"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/client"
@@ -64,7 +61,7 @@ func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, pr
 			s.close()
 		}
 	}()
-	s.dbURL = withDatabase(r.cfg.DatabaseURL, s.dbName)
+	s.dbURL = localpg.WithDatabase(r.cfg.DatabaseURL, s.dbName)
 	if err := s.startServe(ctx, serveEnv, profile); err != nil {
 		return nil, err
 	}
@@ -229,7 +226,7 @@ func (s *step) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := adminExec(ctx, s.r.cfg.DatabaseURL, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+	if err := localpg.DropDatabase(ctx, s.r.cfg.DatabaseURL, s.dbName); err != nil {
 		s.r.warnf("drop database %s: %v", s.dbName, err)
 	}
 	if err := s.r.deleteKeys(ctx, s.prefix+":*"); err != nil {
@@ -239,49 +236,6 @@ func (s *step) close() {
 
 // cpu samples the CPU time of the step's processes and of PostgreSQL and Redis.
 func (s *step) cpu() (cpuSample, error) { return s.sampler.sample() }
-
-// createDatabase creates database name, retrying while the template is busy.
-func createDatabase(ctx context.Context, admin, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	for {
-		err := adminExec(ctx, admin, "CREATE DATABASE "+name)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// adminExec runs one statement on a connection of its own.
-func adminExec(ctx context.Context, admin, sql string) error {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-// withDatabase returns the admin URL (or keyword/value string) with its database
-// replaced by name.
-func withDatabase(admin, name string) string {
-	if !strings.Contains(admin, "://") {
-		return admin + " dbname=" + name
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return admin + " dbname=" + name // let the driver report it
-	}
-	u.Path, u.RawPath = "/"+name, ""
-	return u.String()
-}
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -296,4 +250,11 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// createDatabase creates database name, bounded by opTimeout.
+func createDatabase(ctx context.Context, admin, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	return localpg.CreateDatabase(ctx, admin, name)
 }

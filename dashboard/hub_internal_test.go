@@ -15,25 +15,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )
 
 // newStore returns a Store on a fresh, migrated database. (The internal tests
 // cannot use testserver: it imports server, which imports this package.)
-func newStore(t *testing.T) *storage.Store {
-	t.Helper()
-	ctx := context.Background()
-	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	return storage.New(pool)
-}
+func newStore(t *testing.T) *storage.Store { return testenv.NewStore(t) }
 
 // seed creates queues with tasks in them and workers.
 func seed(t *testing.T, store *storage.Store, queues, tasksPerQueue, workers int) {

@@ -15,7 +15,6 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -31,15 +30,7 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	store := storage.New(pool)
+	store := testenv.NewStore(t)
 	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 1000}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -32,7 +31,7 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 	t.Parallel()
 	const canary = "CANARY-7f3a9c-secret"
 	k1, k2 := newKey("a1"), newKey("b2")
-	var logs syncBuffer
+	var logs testserver.LogBuffer
 	s := testserver.Start(t, testserver.Options{Log: &logs, Configure: func(c *server.Config) { c.EncryptionKeys = k1 }})
 	s.CreateQueue("q", nil)
 	ids := []string{}
@@ -122,22 +121,4 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 			t.Fatalf("task %s unreadable after rotation: %s", id, got.Payload)
 		}
 	}
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

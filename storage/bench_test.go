@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -20,15 +19,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func newStore(tb testing.TB) *storage.Store {
 	tb.Helper()
 	ctx := context.Background()
-	pool, err := storage.Connect(ctx, testenv.NewDatabase(tb), 8)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		tb.Fatal(err)
-	}
-	s := storage.New(pool)
+	s := testenv.NewStore(tb)
 	if _, err := s.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 3600000}); err != nil {
 		tb.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,24 +78,6 @@ func poll(t *testing.T, s *testserver.Instance, worker string) testserver.Polled
 	return testserver.Polled{}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestMetricDeltasAndTransitionLogsAcrossTwoReplicas(t *testing.T) {
 	t.Parallel()
 	short := func(c *server.Config) {
@@ -104,7 +85,7 @@ func TestMetricDeltasAndTransitionLogsAcrossTwoReplicas(t *testing.T) {
 		c.HeartbeatInterval = 200 * time.Millisecond
 		c.WatchdogInterval = 100 * time.Millisecond
 	}
-	var logsA, logsB syncBuffer
+	var logsA, logsB testserver.LogBuffer
 	a := testserver.Start(t, testserver.Options{Configure: short, Log: &logsA})
 	b := testserver.Start(t, testserver.Options{Configure: short, Log: &logsB,
 		DatabaseURL: a.Config.DatabaseURL, RedisPrefix: a.Config.RedisPrefix})

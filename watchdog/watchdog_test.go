@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/watchdog"
 )
@@ -25,15 +24,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.Store {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := storage.Connect(ctx, testenv.NewDatabase(t), 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	s := storage.New(pool)
+	s := testenv.NewStore(t)
 	if _, err := s.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: maxRetries, BackoffBaseMs: 0, BackoffMaxMs: 0}); err != nil {
 		t.Fatal(err)
 	}

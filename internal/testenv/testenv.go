@@ -50,7 +50,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -59,7 +58,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
@@ -206,59 +204,17 @@ func NewDatabase(t testing.TB) string {
 	name := "tf_test_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := createDatabase(ctx, admin, name); err != nil {
+	if err := localpg.CreateDatabase(ctx, admin, name); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		if err := localpg.DropDatabase(ctx, admin, name); err != nil {
 			t.Errorf("testenv: drop database %s: %v", name, err)
 		}
 	})
-	return withDatabase(admin, name)
-}
-
-// createDatabase creates database name, retrying while the template is busy
-// (someone connected to template1).
-func createDatabase(ctx context.Context, admin, name string) error {
-	for {
-		err := adminExec(ctx, admin, "CREATE DATABASE "+name)
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// adminExec runs one statement on a connection of its own.
-func adminExec(ctx context.Context, admin, sql string) error {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, sql)
-	return err
-}
-
-// withDatabase returns admin with its database replaced by name. admin is a
-// URL, or a keyword/value connection string.
-func withDatabase(admin, name string) string {
-	if !strings.Contains(admin, "://") {
-		return admin + " dbname=" + name
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return admin + " dbname=" + name // let the driver report it
-	}
-	u.Path, u.RawPath = "/"+name, ""
-	return u.String()
+	return localpg.WithDatabase(admin, name)
 }
 
 // throwawayRedis is the process's throwaway Redis server, if one was started.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/taskforge/taskforge/internal/localpg"
 	"net"
 	"os"
 	"os/exec"
@@ -137,8 +138,8 @@ func TestWithDatabase(t *testing.T) {
 		"postgresql://h/":               "postgresql://h/tf_x",
 		"host=h user=u dbname=postgres": "host=h user=u dbname=postgres dbname=tf_x",
 	} {
-		if got := withDatabase(in, "tf_x"); got != want {
-			t.Errorf("withDatabase(%q) = %q, want %q", in, got, want)
+		if got := localpg.WithDatabase(in, "tf_x"); got != want {
+			t.Errorf("WithDatabase(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
