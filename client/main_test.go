@@ -52,17 +52,17 @@ func start(t *testing.T, w *client.Worker) *running {
 }
 
 // stop cancels the worker's context and waits up to timeout for Run to return.
-func (r *running) stop(t *testing.T, timeout time.Duration) (error, time.Duration) {
+func (r *running) stop(t *testing.T, timeout time.Duration) (time.Duration, error) {
 	t.Helper()
 	t0 := time.Now()
 	r.cancel()
 	select {
 	case err := <-r.done:
 		r.done <- err // a later stop sees it too
-		return err, time.Since(t0)
+		return time.Since(t0), err
 	case <-time.After(timeout):
 		t.Fatalf("worker did not stop within %s", timeout)
-		return nil, 0
+		return 0, nil
 	}
 }
 

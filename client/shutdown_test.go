@@ -87,7 +87,7 @@ func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 	t0 := time.Now()
 	ra.cancel()
 	close(stopping)
-	err, took := ra.stop(t, 10*time.Second)
+	took, err := ra.stop(t, 10*time.Second)
 	t.Logf("worker A: Run returned %v after %s (grace %s)", err, took, grace)
 	if err != nil || took < grace || took > grace+time.Second {
 		t.Fatalf("Run returned %v after %s, want nil within the grace period %s (+1s)", err, took, grace)
