@@ -118,6 +118,26 @@ func (o *cliOptions) client() (*client.Client, error) {
 	return c, nil
 }
 
+// request builds the client and runs one request with the request timeout, mapping
+// its error to the CLI's exit codes.
+func request[T any](o *cliOptions, cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
+	c, err := o.client()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return callFor(o, cmd, func(ctx context.Context) (T, error) { return fn(ctx, c) })
+}
+
+// callFor runs one request with the request timeout and returns its result, its
+// error mapped to the CLI's exit codes.
+func callFor[T any](o *cliOptions, cmd *cobra.Command, fn func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	v, err := fn(ctx)
+	return v, withExitCode(err)
+}
+
 // call runs one request with the request timeout.
 func (o *cliOptions) call(cmd *cobra.Command, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)

@@ -19,15 +19,10 @@ func workersCommand() *cobra.Command {
 		Short: "List the workers the server has seen, with the tasks they run",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
+			ws, err := request(o, cmd, func(ctx context.Context, c *client.Client) ([]client.WorkerInfo, error) {
+				return c.ListWorkers(ctx)
+			})
 			if err != nil {
-				return err
-			}
-			var ws []client.WorkerInfo
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				ws, err = c.ListWorkers(ctx)
-				return err
-			}); err != nil {
 				return err
 			}
 			if o.output == "json" {
@@ -58,11 +53,10 @@ func statsCommand() *cobra.Command {
 			}
 			queues := args
 			if len(queues) == 0 {
-				var qs []client.Queue
-				if err := o.call(cmd, func(ctx context.Context) (err error) {
-					qs, err = c.ListQueues(ctx)
-					return err
-				}); err != nil {
+				qs, err := callFor(o, cmd, func(ctx context.Context) ([]client.Queue, error) {
+					return c.ListQueues(ctx)
+				})
+				if err != nil {
 					return err
 				}
 				for _, q := range qs {
@@ -71,11 +65,10 @@ func statsCommand() *cobra.Command {
 			}
 			stats := make([]*client.Stats, 0, len(queues))
 			for _, q := range queues {
-				var st *client.Stats
-				if err := o.call(cmd, func(ctx context.Context) (err error) {
-					st, err = c.Stats(ctx, q)
-					return err
-				}); err != nil {
+				st, err := callFor(o, cmd, func(ctx context.Context) (*client.Stats, error) {
+					return c.Stats(ctx, q)
+				})
+				if err != nil {
 					return err
 				}
 				stats = append(stats, st)

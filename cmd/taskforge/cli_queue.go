@@ -117,11 +117,10 @@ func queueCreateCommand(o *cliOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var q *client.Queue
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				q, err = c.CreateQueue(ctx, args[0], s)
-				return err
-			}); err != nil {
+			q, err := callFor(o, cmd, func(ctx context.Context) (*client.Queue, error) {
+				return c.CreateQueue(ctx, args[0], s)
+			})
+			if err != nil {
 				return err
 			}
 			return printQueue(cmd.OutOrStdout(), o.output, q)
@@ -137,15 +136,10 @@ func queueListCommand(o *cliOptions) *cobra.Command {
 		Short: "List queues",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
+			qs, err := request(o, cmd, func(ctx context.Context, c *client.Client) ([]client.Queue, error) {
+				return c.ListQueues(ctx)
+			})
 			if err != nil {
-				return err
-			}
-			var qs []client.Queue
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				qs, err = c.ListQueues(ctx)
-				return err
-			}); err != nil {
 				return err
 			}
 			if o.output == "json" {
@@ -168,15 +162,10 @@ func queueGetCommand(o *cliOptions) *cobra.Command {
 		Short: "Show a queue's settings",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
+			q, err := request(o, cmd, func(ctx context.Context, c *client.Client) (*client.Queue, error) {
+				return c.GetQueue(ctx, args[0])
+			})
 			if err != nil {
-				return err
-			}
-			var q *client.Queue
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				q, err = c.GetQueue(ctx, args[0])
-				return err
-			}); err != nil {
 				return err
 			}
 			return printQueue(cmd.OutOrStdout(), o.output, q)
@@ -204,11 +193,10 @@ func queueUpdateCommand(o *cliOptions) *cobra.Command {
 			if s == (client.QueueSettings{}) {
 				return usagef("nothing to change: give at least one setting flag (see --help)")
 			}
-			var q *client.Queue
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				q, err = c.UpdateQueue(ctx, args[0], s)
-				return err
-			}); err != nil {
+			q, err := callFor(o, cmd, func(ctx context.Context) (*client.Queue, error) {
+				return c.UpdateQueue(ctx, args[0], s)
+			})
+			if err != nil {
 				return err
 			}
 			return printQueue(cmd.OutOrStdout(), o.output, q)

@@ -83,11 +83,10 @@ failure safe.`,
 			}
 			tmpl.Payload = json.RawMessage(f.payload)
 			tmpl.IdempotencyKey = f.idempotencyKey
-			var t *client.Task
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				t, err = c.Enqueue(ctx, args[0], tmpl)
-				return err
-			}); err != nil {
+			t, err := callFor(o, cmd, func(ctx context.Context) (*client.Task, error) {
+				return c.Enqueue(ctx, args[0], tmpl)
+			})
+			if err != nil {
 				return err
 			}
 			if o.output == "json" {
@@ -272,15 +271,10 @@ func taskGetCommand(o *cliOptions) *cobra.Command {
 		Short: "Show a task and its attempt history",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
+			t, err := request(o, cmd, func(ctx context.Context, c *client.Client) (*client.Task, error) {
+				return c.GetTask(ctx, args[0], args[1])
+			})
 			if err != nil {
-				return err
-			}
-			var t *client.Task
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				t, err = c.GetTask(ctx, args[0], args[1])
-				return err
-			}); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -410,15 +404,10 @@ func taskCancelCommand(o *cliOptions) *cobra.Command {
 		Short: "Cancel a task (an executing one stops at its worker's next heartbeat)",
 		Args:  usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
+			t, err := request(o, cmd, func(ctx context.Context, c *client.Client) (*client.Task, error) {
+				return c.CancelTask(ctx, args[0], args[1])
+			})
 			if err != nil {
-				return err
-			}
-			var t *client.Task
-			if err := o.call(cmd, func(ctx context.Context) (err error) {
-				t, err = c.CancelTask(ctx, args[0], args[1])
-				return err
-			}); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
