@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/taskforge/taskforge/internal/localpg"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/internal/localpg"
 )
 
 // Timeouts of the harness's own waits.

@@ -352,7 +352,7 @@ func (s *Server) launch(ctx context.Context) error {
 	connURL := s.URL("postgres")
 	var lastErr error
 	for {
-		if reapNoHang(s.pid) {
+		if ReapNoHang(s.pid) {
 			s.pid = 0
 			return &exitError{tail: logTail()}
 		}
@@ -411,7 +411,7 @@ func (s *Server) shutdown() error {
 	if s.pid == 0 {
 		return nil
 	}
-	if reapNoHang(s.pid) { // died on its own
+	if ReapNoHang(s.pid) { // died on its own
 		s.pid = 0
 		return nil
 	}

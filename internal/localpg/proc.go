@@ -97,8 +97,9 @@ func childEnv() []string {
 	return append(env, "LC_ALL=C")
 }
 
-// reapNoHang reports whether child pid has exited, reaping it if so.
-func reapNoHang(pid int) bool {
+// ReapNoHang reports whether child pid has exited, reaping it if so. The test
+// harness uses it for the redis-server processes it starts, too.
+func ReapNoHang(pid int) bool {
 	var ws syscall.WaitStatus
 	for {
 		wpid, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
@@ -117,7 +118,7 @@ func reapNoHang(pid int) bool {
 func reap(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		if reapNoHang(pid) {
+		if ReapNoHang(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {

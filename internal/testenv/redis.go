@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskforge/taskforge/internal/localpg"
 )
 
 // RedisServer is a redis-server process dedicated to one test, for tests that
@@ -147,7 +149,7 @@ func (r *RedisServer) launch() error {
 
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if reapNoHang(r.pid) {
+		if localpg.ReapNoHang(r.pid) {
 			r.pid = 0
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 4096 {
@@ -173,7 +175,7 @@ func (r *RedisServer) kill() {
 	}
 	_ = syscall.Kill(r.pid, syscall.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
-	for !reapNoHang(r.pid) && time.Now().Before(deadline) {
+	for !localpg.ReapNoHang(r.pid) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	r.pid = 0
@@ -186,20 +188,4 @@ func (r *RedisServer) stop() {
 	r.kill()
 	r.stopped = true
 	_ = os.RemoveAll(r.dir)
-}
-
-// reapNoHang reports whether child pid has exited, reaping it if so.
-func reapNoHang(pid int) bool {
-	var ws syscall.WaitStatus
-	for {
-		wpid, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		switch {
-		case errors.Is(err, syscall.EINTR):
-			continue
-		case err != nil: // ECHILD: not our child any more
-			return true
-		default:
-			return wpid == pid
-		}
-	}
 }

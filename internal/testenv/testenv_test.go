@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/taskforge/taskforge/internal/localpg"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/taskforge/taskforge/internal/localpg"
 )
 
 // TestMain is Main plus a goroutine leak check: the harness must leave no
