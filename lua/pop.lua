@@ -78,10 +78,18 @@ if rate > 0 then
 end
 
 if cap > 0 and n > 0 then
+  -- An id that already holds a slot is a stale duplicate of a task being claimed or
+  -- run (the buffer repair re-added it): drop it, so that its failed claim cannot
+  -- release the slot of the task that really runs.
   local now_ms = math.floor(now_us / 1000)
+  local kept = {}
   for i = 1, #popped, 2 do
-    redis.call('ZADD', KEYS[3], now_ms, popped[i])
+    if redis.call('ZADD', KEYS[3], 'NX', now_ms, popped[i]) == 1 then
+      kept[#kept + 1] = popped[i]
+      kept[#kept + 1] = popped[i + 1]
+    end
   end
+  popped = kept
 end
 
 local out = {0, retry_after, now_us, redis.call('ZCARD', KEYS[1])}

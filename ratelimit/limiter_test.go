@@ -131,6 +131,16 @@ func TestConcurrencyCapSlotsAndSync(t *testing.T) {
 		if err := b.Release(ctx, "q", popped.Entries[0].ID); err != nil {
 			t.Fatal(err)
 		}
+		// A stale duplicate of a running task (the repair re-added its id) is dropped
+		// rather than handed out: its failed claim must not free the real task's slot.
+		dup := storage.Buffered{ID: popped.Entries[1].ID, Priority: 1, ScheduledAt: time.Now()}
+		if err := b.Add(ctx, "q", []storage.Buffered{dup}, buffer.LevelWeightMs(0)); err != nil {
+			t.Fatal(err)
+		}
+		more, _ := b.Pop(ctx, "q", 5, capped)
+		if len(more.Entries) != 0 || rdb.ZScore(ctx, b.RunningKey("q"), dup.ID.String()).Err() != nil {
+			t.Fatalf("the duplicate was handed out (%v) or lost its slot", more.Entries)
+		}
 		if more, _ := b.Pop(ctx, "q", 5, capped); len(more.Entries) != 1 {
 			t.Fatalf("after one release took %d, want 1", len(more.Entries))
 		}
