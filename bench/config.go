@@ -31,17 +31,38 @@ const (
 
 // Layout is how a step deploys its workers: Procs reference worker processes, each
 // running up to Concurrency tasks at once, and so polling for up to that many
-// (max_tasks) at a time.
+// (max_tasks) at a time, plus the tasks each claims ahead (Prefetch).
 type Layout struct {
 	Procs       int
 	Concurrency int
+	// Prefetch is the worker's --prefetch: 0 leaves the worker's default (1), a
+	// negative value turns prefetching off, a positive one sets it.
+	Prefetch int
 }
 
 // Workers is the number of tasks the layout runs at once.
 func (l Layout) Workers() int { return l.Procs * l.Concurrency }
 
-// String is the layout as ParseLayout reads it: "<procs>x<concurrency>".
-func (l Layout) String() string { return fmt.Sprintf("%dx%d", l.Procs, l.Concurrency) }
+// String is the layout as ParseLayout reads it: "<procs>x<concurrency>", with
+// "+<prefetch>" when the prefetch is not the worker's default.
+func (l Layout) String() string {
+	s := fmt.Sprintf("%dx%d", l.Procs, l.Concurrency)
+	if l.Prefetch != 0 {
+		s += fmt.Sprintf("+%d", max(l.Prefetch, 0))
+	}
+	return s
+}
+
+// slug is String fit for queue names, worker ids and file names: "16x1p0".
+func (l Layout) slug() string { return strings.ReplaceAll(l.String(), "+", "p") }
+
+// workerArgs are the reference worker's flags for the layout's prefetch.
+func (l Layout) workerArgs() []string {
+	if l.Prefetch == 0 {
+		return nil
+	}
+	return []string{"--prefetch", strconv.Itoa(max(l.Prefetch, 0))}
+}
 
 // MarshalText writes the layout as String does, so JSON shows "16x1".
 func (l Layout) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
@@ -56,10 +77,23 @@ func (l *Layout) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// ParseLayout reads "<procs>x<concurrency>", e.g. "16x1" (sixteen processes running
-// one task each) or "1x16" (one process running sixteen).
+// ParseLayout reads "<procs>x<concurrency>[+<prefetch>]", e.g. "16x1" (sixteen
+// processes running one task each, with the worker's default prefetch), "1x16"
+// (one process running sixteen) or "16x1+0" (sixteen, none prefetching).
 func ParseLayout(s string) (Layout, error) {
-	p, c, ok := strings.Cut(strings.TrimSpace(s), "x")
+	s = strings.TrimSpace(s)
+	prefetch := 0
+	if base, pf, ok := strings.Cut(s, "+"); ok {
+		n, err := strconv.Atoi(pf)
+		if err != nil || n < 0 || n > 100 {
+			return Layout{}, fmt.Errorf("layout %q: the prefetch after + must be an integer from 0 to 100", s)
+		}
+		s, prefetch = base, n
+		if n == 0 {
+			prefetch = -1
+		}
+	}
+	p, c, ok := strings.Cut(s, "x")
 	if !ok {
 		return Layout{}, fmt.Errorf("layout %q: want <procs>x<concurrency>, e.g. 16x1", s)
 	}
@@ -71,7 +105,7 @@ func ParseLayout(s string) (Layout, error) {
 	if conc > 100 {
 		return Layout{}, fmt.Errorf("layout %q: concurrency above 100 cannot be polled for at once", s)
 	}
-	return Layout{Procs: procs, Concurrency: conc}, nil
+	return Layout{Procs: procs, Concurrency: conc, Prefetch: prefetch}, nil
 }
 
 // ParseLayouts reads a comma-separated list of layouts.
@@ -208,29 +242,29 @@ func (c Config) WithDefaults() Config {
 	c.E1.Tasks = cmp.Or(c.E1.Tasks, 5000)
 	c.E1.Warmup = cmp.Or(c.E1.Warmup, 500)
 	if len(c.E1.Layouts) == 0 {
-		c.E1.Layouts = []Layout{{1, 1}, {4, 1}, {8, 1}, {16, 1}, {1, 16}, {4, 16}}
+		c.E1.Layouts = []Layout{{1, 1, 0}, {4, 1, 0}, {8, 1, 0}, {16, 1, 0}, {1, 16, 0}, {4, 16, 0}}
 	}
 	c.E2.Tasks = cmp.Or(c.E2.Tasks, 1000)
 	c.E2.Warmup = cmp.Or(c.E2.Warmup, 50)
 	if len(c.E2.Layouts) == 0 {
-		c.E2.Layouts = []Layout{{1, 1}, {4, 1}, {8, 1}, {16, 1}}
+		c.E2.Layouts = []Layout{{1, 1, 0}, {4, 1, 0}, {8, 1, 0}, {16, 1, 0}, {16, 1, -1}}
 	}
 	c.SleepMs = cmp.Or(c.SleepMs, 50)
 	c.Latency.Rate = cmp.Or(c.Latency.Rate, 100)
 	c.Latency.Duration = cmp.Or(c.Latency.Duration, 10*time.Second)
 	c.Latency.Warmup = cmp.Or(c.Latency.Warmup, time.Second)
-	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{4, 1})
+	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{4, 1, 0})
 	c.E5.Tasks = cmp.Or(c.E5.Tasks, 1000)
 	c.E5.Warmup = cmp.Or(c.E5.Warmup, 50)
 	if len(c.E5.Layouts) == 0 {
-		c.E5.Layouts = []Layout{{8, 1}}
+		c.E5.Layouts = []Layout{{8, 1, 0}}
 	}
 	c.E5.BackoffBase = cmp.Or(c.E5.BackoffBase, 10*time.Millisecond)
 	if len(c.E6.Variants) == 0 {
 		c.E6.Variants = slices.Clone(DefaultLeaseVariants)
 	}
-	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4})
-	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8})
+	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4, 0})
+	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8, 0})
 	return c
 }
 

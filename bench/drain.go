@@ -37,7 +37,7 @@ type drainSpec struct {
 // until every task has finished. Throughput comes from the attempts table:
 // tasks / (last attempt's finish − first attempt's start).
 func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err error) {
-	name := fmt.Sprintf("%s-%s-r%d", sp.exp, sp.layout, sp.run)
+	name := fmt.Sprintf("%s-%s-r%d", sp.exp, sp.layout.slug(), sp.run)
 	label := fmt.Sprintf("%s %s (%d workers) run %d", sp.exp, sp.layout, sp.layout.Workers(), sp.run)
 	res = DrainResult{Step: Step{Experiment: sp.exp, Run: sp.run, LoadAvg: loadAvg()},
 		Layout: sp.layout, Workers: sp.layout.Workers(), Tasks: sp.tasks}

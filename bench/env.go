@@ -151,6 +151,7 @@ func (s *step) startWorkers(ctx context.Context, layout Layout, handler, role st
 		args := []string{"worker", "--server", s.url, "--queue", s.name + "=" + handler,
 			"--concurrency", strconv.Itoa(layout.Concurrency), "--worker-id", id,
 			"--log-level", "warn", "--grace", "1s"}
+		args = append(args, layout.workerArgs()...)
 		p, err := s.r.procs.start(id, s.r.cfg.Binary, args, childEnv(), filepath.Join(s.r.work, id+".log"))
 		if err != nil {
 			return ps, ids, err

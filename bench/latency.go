@@ -20,7 +20,7 @@ const maxInFlight = 32
 // request at a steady rate, receipt measured on the database clock.
 func (r *runner) latency(ctx context.Context, run int) (res LatencyResult, err error) {
 	lc := r.cfg.Latency
-	name := fmt.Sprintf("latency-%s-r%d", lc.Layout, run)
+	name := fmt.Sprintf("latency-%s-r%d", lc.Layout.slug(), run)
 	label := fmt.Sprintf("latency %s run %d", lc.Layout, run)
 	res = LatencyResult{Step: Step{Experiment: ExpLatency, Run: run, LoadAvg: loadAvg()}, Layout: lc.Layout,
 		TargetRate: lc.Rate}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,15 @@ type WorkerConfig struct {
 	ID string
 	// Concurrency is how many tasks run at once. Defaults to 10.
 	Concurrency int
+	// Prefetch is how many tasks the worker may claim beyond its free slots, so
+	// that when a handler returns the next task is already at hand rather than a
+	// poll's round trip away. A prefetched task is heartbeated while it waits and
+	// starts, in the order claimed, as soon as a slot frees up; its lease and its
+	// timeout run from the claim. The worker prefetches only while its handlers
+	// run short (a recent average under PrefetchBelow), so a prefetched task never
+	// waits long behind a slow one while another worker sits idle. Defaults to 1;
+	// a negative value turns prefetching off.
+	Prefetch int
 	// PollWait is how long one long-poll may wait for work (at most 30s).
 	// Defaults to 10s.
 	PollWait time.Duration
@@ -59,6 +69,11 @@ const (
 	maxErrorText = 60 << 10
 )
 
+// PrefetchBelow is the average handler duration under which a Worker prefetches:
+// there a poll's round trip (a few milliseconds) is a noticeable share of each
+// task, and a prefetched task waits at most about that long for a slot.
+const PrefetchBelow = 250 * time.Millisecond
+
 func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -67,6 +82,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b))
 	}
 	c.Concurrency = cmp.Or(max(c.Concurrency, 0), 10)
+	c.Prefetch = min(cmp.Or(c.Prefetch, 1), maxPollTasks)
 	c.PollWait = min(cmp.Or(max(c.PollWait, 0), 10*time.Second), maxPollWait)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.RetryMin = cmp.Or(max(c.RetryMin, 0), 100*time.Millisecond)
@@ -78,8 +94,10 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 }
 
 // Worker runs handlers for the tasks of its queues: it long-polls for as many
-// tasks as it has free slots, heartbeats every running task at the interval the
-// server advertises, and acks or nacks each one when its handler returns.
+// tasks as it has free slots (and, while its handlers run short, for one more
+// to have at hand: WorkerConfig.Prefetch), heartbeats every task it holds at the
+// interval the server advertises, and acks or nacks each one when its handler
+// returns.
 //
 // When the server cannot be reached, polls, heartbeats and reports are retried
 // with jittered exponential backoff. A handler whose lease is lost, or whose task
@@ -122,10 +140,11 @@ func (w *Worker) Handle(queue string, h HandlerFunc) {
 }
 
 // Run polls and runs tasks until ctx is cancelled, then shuts down gracefully: it
-// stops polling, waits up to ShutdownGrace for running handlers to finish and
-// report, then cancels the handlers still running (cause ErrWorkerStopping) and
-// nacks their tasks as retryable with no delay, so that another worker takes them
-// at once. (That nack counts as a failed attempt against the task's retry budget.)
+// stops polling, waits up to ShutdownGrace for running handlers (and the tasks it
+// prefetched) to finish and report, then cancels the handlers still running (cause
+// ErrWorkerStopping) and nacks their tasks, and the prefetched tasks not started,
+// as retryable with no delay, so that another worker takes them at once. (That nack
+// counts as a failed attempt against the task's retry budget.)
 // Run returns nil after a shutdown, even if some handler ignores its context; it
 // returns an error when no handler is registered, when it is already running, or
 // when the server rejects the worker's poll as invalid.
@@ -174,10 +193,14 @@ type runner struct {
 	stopBG context.CancelFunc
 
 	mu        sync.Mutex
-	active    map[*job]struct{} // tasks held: running, or being reported
+	active    map[*job]struct{} // tasks held: prefetched, running, or being reported
 	wg        sync.WaitGroup    // one count per active job
 	slotFreed chan struct{}     // signalled when a job leaves active or its handler returns
+	waiting   []*job            // prefetched jobs, in the order claimed
+	running   int               // active jobs whose handler was started and has not returned
 	reporting int               // active jobs whose handler returned (their report is on its way)
+	stopping  bool              // shutdown is handing tasks back: start no more
+	avgRun    time.Duration     // moving average of handler durations; 0 until one returned
 
 	// Acks of tasks that finish together go out in one batch request.
 	ackMu      sync.Mutex
@@ -188,18 +211,29 @@ type runner struct {
 // job is one task held by the worker.
 type job struct {
 	*Job
-	leaseToken string
-	cancel     context.CancelCauseFunc
-	stopHB     chan struct{} // closed when heartbeats must stop
-	stopOnce   sync.Once
-	owned      atomic.Bool // set by whoever reports the task: its handler's return, or shutdown
-	lost       atomic.Bool // the lease is known to be lost
-	reporting  bool        // handler returned, report in flight (guarded by runner.mu)
+	leaseToken  string
+	ctx         context.Context // the handler's
+	cancel      context.CancelCauseFunc
+	stopTimeout context.CancelFunc
+	stopHB      chan struct{} // closed when heartbeats must stop
+	stopOnce    sync.Once
+	owned       atomic.Bool // set by whoever reports the task: its handler's return, or shutdown
+	lost        atomic.Bool // the lease is known to be lost
+	state       jobState    // guarded by runner.mu
 
 	mu       sync.Mutex
 	leaseLen time.Duration // estimated lease length; zero when unknown
 	deadline time.Time     // local estimate of the lease's expiry; zero when unknown
 }
+
+// jobState is where a held job stands.
+type jobState int
+
+const (
+	jobWaiting   jobState = iota // prefetched: claimed, its handler not started
+	jobRunning                   // its handler runs
+	jobReporting                 // its handler returned; the report is on its way
+)
 
 // claim makes the caller the one who reports the task; false if someone already is.
 func (j *job) claim() bool { return j.owned.CompareAndSwap(false, true) }
@@ -235,8 +269,8 @@ func (r *runner) run(ctx context.Context) error {
 	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
 	var fatal error
 	for ctx.Err() == nil {
-		free := r.cfg.Concurrency - r.activeCount()
-		if free <= 0 {
+		want := r.pollSize()
+		if want <= 0 {
 			select {
 			case <-r.slotFreed:
 			case <-ctx.Done():
@@ -245,7 +279,7 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		sent := time.Now()
 		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
-			MaxTasks: min(free, maxPollTasks), Wait: r.cfg.PollWait})
+			MaxTasks: min(want, maxPollTasks), Wait: r.cfg.PollWait})
 		recv := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -274,22 +308,40 @@ func (r *runner) run(ctx context.Context) error {
 	return fatal
 }
 
-// activeCount is how many slots are taken: tasks whose handler still runs. Tasks
-// whose handler returned but whose ack or nack is still on its way hold no slot, so
-// the next poll overlaps with their report.
-func (r *runner) activeCount() int {
+// pollSize is how many tasks the next poll asks for: the free slots, or when
+// every slot is taken, the room left for prefetched tasks. Tasks whose handler
+// returned but whose ack or nack is still on its way hold no slot, so the next
+// poll overlaps with their report.
+func (r *runner) pollSize() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.active) - r.reporting
+	if free := r.cfg.Concurrency - r.running - len(r.waiting); free > 0 {
+		return free
+	}
+	if r.cfg.Prefetch <= 0 || r.avgRun == 0 || r.avgRun >= PrefetchBelow {
+		return 0
+	}
+	return r.cfg.Prefetch - len(r.waiting)
 }
 
-// handlerReturned frees j's slot while its outcome is reported.
-func (r *runner) handlerReturned(j *job) {
+// handlerReturned frees j's slot while its outcome is reported, starts the next
+// prefetched task in it, and folds the handler's duration ran into the average
+// that decides whether to prefetch (ran is 0 when the handler did not run).
+func (r *runner) handlerReturned(j *job, ran time.Duration) {
 	r.mu.Lock()
-	if _, ok := r.active[j]; ok && !j.reporting {
-		j.reporting = true
+	switch {
+	case ran <= 0: // the handler did not run
+	case r.avgRun == 0:
+		r.avgRun = ran
+	default:
+		r.avgRun += (ran - r.avgRun) / 5
+	}
+	if _, ok := r.active[j]; ok && j.state == jobRunning {
+		j.state = jobReporting
+		r.running--
 		r.reporting++
 	}
+	r.startWaitingLocked()
 	r.mu.Unlock()
 	select {
 	case r.slotFreed <- struct{}{}:
@@ -297,7 +349,20 @@ func (r *runner) handlerReturned(j *job) {
 	}
 }
 
-// start runs the handler of t and heartbeats it.
+// startWaitingLocked starts prefetched tasks while slots are free. r.mu is held.
+func (r *runner) startWaitingLocked() {
+	for len(r.waiting) > 0 && r.running < r.cfg.Concurrency && !r.stopping {
+		j := r.waiting[0]
+		r.waiting[0] = nil
+		r.waiting = r.waiting[1:]
+		j.state = jobRunning
+		r.running++
+		go r.execute(j)
+	}
+}
+
+// start heartbeats t and runs its handler, at once when a slot is free and
+// otherwise (a prefetched task) when one frees up.
 func (r *runner) start(t PolledTask, recv, date time.Time) {
 	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken, stopHB: make(chan struct{})}
@@ -309,33 +374,42 @@ func (r *runner) start(t PolledTask, recv, date time.Time) {
 	}
 	ctx, cancel := context.WithCancelCause(base)
 	j.cancel = cancel
-	stopTimeout := func() {}
+	j.stopTimeout = func() {}
 	if t.TimeoutSeconds != nil && *t.TimeoutSeconds > 0 {
+		// The server's deadline runs from the claim, so a prefetched task's does too.
 		j.Timeout = time.Duration(*t.TimeoutSeconds) * time.Second
-		ctx, stopTimeout = context.WithTimeoutCause(ctx, j.Timeout,
+		ctx, j.stopTimeout = context.WithDeadlineCause(ctx, recv.Add(j.Timeout),
 			fmt.Errorf("task timeout of %s exceeded: %w", j.Timeout, context.DeadlineExceeded))
 	}
-	r.mu.Lock()
-	r.active[j] = struct{}{}
-	r.wg.Add(1)
-	r.mu.Unlock()
+	j.ctx = ctx
 
 	interval := time.Duration(t.HeartbeatIntervalMs) * time.Millisecond
 	if interval <= 0 {
 		interval = cmp.Or(j.leaseLen/3, 10*time.Second)
 	}
+	r.mu.Lock()
+	r.active[j] = struct{}{}
+	r.wg.Add(1)
+	r.waiting = append(r.waiting, j)
+	r.startWaitingLocked()
+	r.mu.Unlock()
 	go r.heartbeat(j, interval)
-	go func() {
-		defer stopTimeout()
-		r.execute(ctx, j)
-	}()
 }
 
 // execute runs the handler and reports its outcome, unless shutdown took the task.
-func (r *runner) execute(ctx context.Context, j *job) {
+// A task cancelled, or whose lease was lost, while it waited is reported without
+// running its handler.
+func (r *runner) execute(j *job) {
+	defer j.stopTimeout()
+	ctx := j.ctx
 	h := r.handlers[j.Queue]
+	began := time.Now()
+	ran := func() time.Duration { return max(time.Since(began), time.Nanosecond) }
 	var err error
-	if h == nil {
+	if ctx.Err() != nil {
+		err = fmt.Errorf("not started: %w", context.Cause(ctx))
+		ran = func() time.Duration { return 0 }
+	} else if h == nil {
 		err = Permanent(fmt.Errorf("worker %s has no handler for queue %q", r.cfg.ID, j.Queue))
 	} else if r.cfg.TracerProvider != nil {
 		spanCtx, span := r.cfg.TracerProvider.Tracer("github.com/taskforge/taskforge/client").Start(ctx, "taskforge.handle",
@@ -353,7 +427,7 @@ func (r *runner) execute(ctx context.Context, j *job) {
 	if !j.claim() {
 		return // shutdown handed the task back already
 	}
-	r.handlerReturned(j)
+	r.handlerReturned(j, ran())
 	j.stopHeartbeats()
 	cause := context.Cause(ctx)
 	j.cancel(context.Canceled)
@@ -554,14 +628,21 @@ func (r *runner) heartbeat(j *job, interval time.Duration) {
 	}
 }
 
-// done releases j's slot.
+// done forgets j, releasing its slot.
 func (r *runner) done(j *job) {
 	r.mu.Lock()
-	if j.reporting {
-		j.reporting = false
-		r.reporting--
+	if _, ok := r.active[j]; ok {
+		switch j.state {
+		case jobWaiting:
+			r.waiting = slices.DeleteFunc(r.waiting, func(w *job) bool { return w == j })
+		case jobRunning:
+			r.running--
+		case jobReporting:
+			r.reporting--
+		}
+		delete(r.active, j)
+		r.startWaitingLocked()
 	}
-	delete(r.active, j)
 	r.mu.Unlock()
 	r.wg.Done()
 	select {
@@ -589,9 +670,12 @@ func (r *runner) shutdown() {
 		}
 	}
 	r.mu.Lock()
+	r.stopping = true // prefetched tasks not started by now are handed back too
 	var left []*job
+	unstarted := map[*job]bool{}
 	for j := range r.active {
 		left = append(left, j)
+		unstarted[j] = j.state == jobWaiting
 	}
 	r.mu.Unlock()
 	for _, j := range left {
@@ -607,9 +691,13 @@ func (r *runner) shutdown() {
 		go func() {
 			log := r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
 			zero := time.Duration(0)
+			why := "before the handler finished"
+			if unstarted[j] {
+				why = "before the prefetched task started"
+			}
 			r.send(j, log, "release nack", func(ctx context.Context) error {
 				_, err := r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
-					Error:      fmt.Sprintf("worker %s shut down before the handler finished; handed back for another worker", r.cfg.ID),
+					Error:      fmt.Sprintf("worker %s shut down %s; handed back for another worker", r.cfg.ID, why),
 					RetryAfter: &zero})
 				return err
 			})

@@ -39,6 +39,7 @@ prefix, and prints a table (and with --json, writes every figure as JSON).
 
 A layout PxC is P worker processes with --concurrency C each: 16x1 is sixteen
 workers polling for one task at a time, 1x16 one process polling for up to 16.
+PxC+F sets each worker's --prefetch to F (default 1): 16x1+0 prefetches nothing.
 Figures come from the attempts table (database clock); see docs/benchmarks.md.
 Exit status 1 when a step failed or a check did not hold.`,
 		Args: usageArgs(cobra.NoArgs),
@@ -110,10 +111,10 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice (e6's kill moments)")
 	fs.IntVar(&cfg.E1.Tasks, "e1-tasks", 5000, "e1: tasks per step")
 	fs.IntVar(&cfg.E1.Warmup, "e1-warmup", 500, "e1: excluded warm-up tasks per step (-1: none)")
-	fs.StringVar(&e1Layouts, "e1-layouts", "1x1,4x1,8x1,16x1,1x16,4x16", "e1: worker layouts PROCSxCONCURRENCY")
+	fs.StringVar(&e1Layouts, "e1-layouts", "1x1,4x1,8x1,16x1,1x16,4x16", "e1: worker layouts PROCSxCONCURRENCY[+PREFETCH]")
 	fs.IntVar(&cfg.E2.Tasks, "e2-tasks", 1000, "e2: tasks per step")
 	fs.IntVar(&cfg.E2.Warmup, "e2-warmup", 50, "e2: excluded warm-up tasks per step (-1: none)")
-	fs.StringVar(&e2Layouts, "e2-layouts", "1x1,4x1,8x1,16x1", "e2: worker layouts")
+	fs.StringVar(&e2Layouts, "e2-layouts", "1x1,4x1,8x1,16x1,16x1+0", "e2: worker layouts")
 	fs.IntVar(&cfg.SleepMs, "e2-sleep-ms", 50, "e2: each task's sleep")
 	fs.Float64Var(&cfg.Latency.Rate, "latency-rate", 100, "latency: enqueues per second")
 	fs.DurationVar(&cfg.Latency.Duration, "latency-duration", 10*time.Second, "latency: measured stream length")

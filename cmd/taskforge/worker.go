@@ -111,6 +111,12 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 			if cfg.Concurrency < 1 {
 				return usagef("--concurrency must be at least 1")
 			}
+			switch {
+			case cfg.Prefetch < 0 || cfg.Prefetch > 100:
+				return usagef("--prefetch must be from 0 to 100")
+			case cfg.Prefetch == 0:
+				cfg.Prefetch = -1 // the SDK's "none"
+			}
 			type binding struct {
 				queue string
 				h     client.HandlerFunc
@@ -135,7 +141,7 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 				w.Handle(b.queue, b.h)
 			}
 			log.Info("worker started", "worker_id", w.ID(), "server", c.URL(), "queues", queues,
-				"concurrency", cfg.Concurrency, "grace", cfg.ShutdownGrace)
+				"concurrency", cfg.Concurrency, "prefetch", max(cfg.Prefetch, 0), "grace", cfg.ShutdownGrace)
 			ctx := cmd.Context()
 			if runFor > 0 {
 				var cancel context.CancelFunc
@@ -154,6 +160,7 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 	fs.StringVar(&token, "token", envOr("TASKFORGE_TOKEN", ""), "API token with the worker role ($TASKFORGE_TOKEN)")
 	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
 	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 1, "tasks claimed ahead of a free slot while handlers run under "+client.PrefetchBelow.String()+" on average (0: none)")
 	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")
 	fs.DurationVar(&cfg.ShutdownGrace, "grace", 10*time.Second, "on SIGTERM, how long running tasks may finish before they are handed back")
 	fs.DurationVar(&cfg.PollWait, "poll-wait", 10*time.Second, "long-poll wait (at most 30s)")

@@ -1,0 +1,277 @@
+package client_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/server"
+)
+
+// gate is a handler for prefetch tests. A task whose payload is "quick" returns at
+// once, "slow" after a little over client.PrefetchBelow, and "hold" when the test
+// releases it (or its context ends). It records the order in which handlers start.
+type gate struct {
+	release chan struct{}
+	mu      sync.Mutex
+	started []string // task ids
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{})} }
+
+func (g *gate) handle(ctx context.Context, job *client.Job) error {
+	var kind string
+	if err := job.Decode(&kind); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.started = append(g.started, job.ID)
+	g.mu.Unlock()
+	switch kind {
+	case "slow":
+		time.Sleep(client.PrefetchBelow + 50*time.Millisecond)
+	case "hold":
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (g *gate) hasStarted(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Contains(g.started, id)
+}
+
+func (g *gate) order() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.started)
+}
+
+// enqueueKinds enqueues one task per kind, in order, and returns their ids.
+func enqueueKinds(t *testing.T, c *client.Client, kinds ...string) []string {
+	t.Helper()
+	ids := make([]string, len(kinds))
+	for i, k := range kinds {
+		ids[i] = must[*client.Task](t)(c.Enqueue(context.Background(), "q", client.NewTask{Payload: k})).ID
+	}
+	return ids
+}
+
+// warmUp runs tasks of kind through the worker so that it knows how long its
+// handlers take.
+func warmUp(t *testing.T, c *client.Client, kind string, n int) {
+	t.Helper()
+	for _, id := range enqueueKinds(t, c, slices.Repeat([]string{kind}, n)...) {
+		waitTask(t, c, "q", id, 10*time.Second, "warm-up task done", status(client.StatusDone))
+	}
+}
+
+// currentTasks is what the server says workerID holds.
+func currentTasks(t *testing.T, c *client.Client, workerID string) []string {
+	t.Helper()
+	for _, w := range must[[]client.WorkerInfo](t)(c.ListWorkers(context.Background())) {
+		if w.ID == workerID {
+			return w.CurrentTasks
+		}
+	}
+	return nil
+}
+
+// TestWorkerPrefetchesWhileHandlersRunShort: a worker with one slot whose handlers
+// run short claims one task ahead while its handler runs, keeps that task's lease
+// alive while it waits, starts it the moment the slot frees up, and never runs two
+// handlers at once or claims a third task.
+func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
+	t.Parallel()
+	const lease = 600 * time.Millisecond
+	_, c := setup(t, func(cfg *server.Config) {
+		cfg.LeaseTimeout = lease
+		cfg.HeartbeatInterval = 150 * time.Millisecond
+	})
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	g := newGate()
+	w := worker(c, "w-prefetch", 1)
+	w.Handle("q", g.handle)
+	start(t, w)
+	warmUp(t, c, "quick", 3)
+
+	ids := enqueueKinds(t, c, "hold", "quick", "quick")
+	held, next, third := ids[0], ids[1], ids[2]
+	waitFor(t, 10*time.Second, "the held task running and the next one prefetched", func() bool {
+		return g.hasStarted(held) && len(currentTasks(t, c, "w-prefetch")) == 2
+	})
+	if got := currentTasks(t, c, "w-prefetch"); !slices.Contains(got, next) {
+		t.Fatalf("the worker holds %v, want the held task and the next one %s", got, next)
+	}
+	// The prefetched task waits past two lease lengths: heartbeats keep it.
+	deadline := time.Now().Add(2*lease + 200*time.Millisecond)
+	waitFor(t, 5*time.Second, "two leases to pass", func() bool { return time.Now().After(deadline) })
+	if g.hasStarted(next) {
+		t.Fatal("the prefetched task started while the only slot was taken")
+	}
+	if third := must[*client.Task](t)(c.GetTask(ctx, "q", third)); third.Status == client.StatusExecuting {
+		t.Fatal("the worker claimed a second task ahead, beyond Prefetch 1")
+	}
+	close(g.release)
+
+	heldTask := waitTask(t, c, "q", held, 10*time.Second, "held task done", status(client.StatusDone))
+	for _, id := range []string{next, third} {
+		got := waitTask(t, c, "q", id, 10*time.Second, "task done", status(client.StatusDone))
+		if h := got.AttemptHistory; len(h) != 1 || h[0].Status != client.AttemptSucceeded {
+			t.Fatalf("task %s attempts %+v, want one that succeeded (the lease was kept while it waited)", id, h)
+		}
+		if id == next && !got.AttemptHistory[0].StartedAt.Before(*heldTask.AttemptHistory[0].FinishedAt) {
+			t.Fatalf("the next task was claimed at %s, not before the held one finished at %s",
+				got.AttemptHistory[0].StartedAt, *heldTask.AttemptHistory[0].FinishedAt)
+		}
+	}
+	if order := g.order(); !slices.Equal(order[len(order)-3:], ids) {
+		t.Fatalf("handlers started in the order %v, want the claim order %v", order[len(order)-3:], ids)
+	}
+}
+
+// TestWorkerDoesNotPrefetch: a worker whose handlers run long, or with prefetching
+// turned off, claims nothing while its only slot is taken; an idle witness worker
+// gets the next task instead.
+func TestWorkerDoesNotPrefetch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		prefetch int
+		warmUp   string
+	}{
+		{"handlers run long", 1, "slow"},
+		{"prefetch off", -1, "quick"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, c := setup(t, nil)
+			ctx := context.Background()
+			must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+			g := newGate()
+			w := client.NewWorker(c, client.WorkerConfig{ID: "w-main", Concurrency: 1, Prefetch: tc.prefetch,
+				PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
+			w.Handle("q", g.handle)
+			start(t, w)
+			warmUp(t, c, tc.warmUp, 2)
+			held := enqueueKinds(t, c, "hold")[0]
+			waitFor(t, 10*time.Second, "held task running", func() bool { return g.hasStarted(held) })
+
+			next := enqueueKinds(t, c, "quick")[0]
+			witness := worker(c, "w-witness", 1)
+			witness.Handle("q", func(context.Context, *client.Job) error { return nil })
+			start(t, witness)
+			got := waitTask(t, c, "q", next, 10*time.Second, "next task done", status(client.StatusDone))
+			if h := got.AttemptHistory; len(h) != 1 || h[0].WorkerID != "w-witness" {
+				t.Fatalf("next task attempts %+v, want one by the idle witness", h)
+			}
+			close(g.release)
+			waitTask(t, c, "q", held, 10*time.Second, "held task done", status(client.StatusDone))
+		})
+	}
+}
+
+// TestPrefetchedTaskCancelledWhileWaiting: a prefetched task cancelled before its
+// turn comes is reported cancelled without its handler ever running.
+func TestPrefetchedTaskCancelledWhileWaiting(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, func(cfg *server.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond })
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	g := newGate()
+	w := worker(c, "w-cancel", 1)
+	w.Handle("q", g.handle)
+	start(t, w)
+	warmUp(t, c, "quick", 2)
+	ids := enqueueKinds(t, c, "hold", "quick")
+	held, next := ids[0], ids[1]
+	waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
+		return g.hasStarted(held) && len(currentTasks(t, c, "w-cancel")) == 2
+	})
+	cancelled := must[*client.Task](t)(c.CancelTask(ctx, "q", next))
+	// Heartbeats are sequential: once two have landed after the cancel, the worker
+	// has read the answer of the first, which carried the cancel.
+	var beats []time.Time
+	waitTask(t, c, "q", next, 5*time.Second, "two heartbeats after the cancel", func(task *client.Task) bool {
+		if hb := task.HeartbeatAt; hb != nil && hb.After(cancelled.UpdatedAt) && !slices.Contains(beats, *hb) {
+			beats = append(beats, *hb)
+		}
+		return len(beats) >= 2
+	})
+	close(g.release)
+
+	got := waitTask(t, c, "q", next, 10*time.Second, "prefetched task cancelled", status(client.StatusCancelled))
+	if h := got.AttemptHistory; len(h) != 1 || h[0].Status != client.AttemptCancelled {
+		t.Fatalf("attempts %+v", h)
+	}
+	waitTask(t, c, "q", held, 10*time.Second, "held task done", status(client.StatusDone))
+	if g.hasStarted(next) {
+		t.Fatal("the handler of the cancelled prefetched task ran")
+	}
+}
+
+// TestWorkerShutdownWithPrefetchedTask: a stopping worker still runs a prefetched
+// task whose slot frees up within the grace period; one still waiting when the
+// grace period ends is handed back unstarted, for another worker.
+func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		releaseEarly bool // the running handler returns within the grace period
+	}{
+		{"slot frees within the grace period", true},
+		{"grace period ends first", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, c := setup(t, nil)
+			ctx := context.Background()
+			must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+			g := newGate()
+			a := client.NewWorker(c, client.WorkerConfig{ID: "w-a", Concurrency: 1, PollWait: 2 * time.Second,
+				ShutdownGrace: 500 * time.Millisecond, Logger: logger()})
+			a.Handle("q", g.handle)
+			ra := start(t, a)
+			warmUp(t, c, "quick", 2)
+			ids := enqueueKinds(t, c, "hold", "quick")
+			held, next := ids[0], ids[1]
+			waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
+				return g.hasStarted(held) && len(currentTasks(t, c, "w-a")) == 2
+			})
+			ra.cancel()
+			if tc.releaseEarly {
+				close(g.release)
+			}
+			if _, err := ra.stop(t, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.releaseEarly {
+				if g.hasStarted(next) {
+					t.Fatal("the prefetched task started after the grace period")
+				}
+				b := worker(c, "w-b", 1)
+				b.Handle("q", func(context.Context, *client.Job) error { return nil })
+				start(t, b)
+			}
+			got := waitTask(t, c, "q", next, 10*time.Second, "prefetched task done", status(client.StatusDone))
+			h := got.AttemptHistory
+			switch {
+			case tc.releaseEarly && (len(h) != 1 || h[0].WorkerID != "w-a"):
+				t.Fatalf("attempts %+v, want one by the stopping worker", h)
+			case !tc.releaseEarly && (len(h) != 2 || h[0].Status != client.AttemptFailed ||
+				!strings.Contains(*h[0].Error, "before the prefetched task started") || h[1].WorkerID != "w-b"):
+				t.Fatalf("attempts %+v, want one handed back unstarted, then one by w-b", h)
+			}
+		})
+	}
+}
