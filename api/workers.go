@@ -31,6 +31,18 @@ type pollRequest struct {
 	Queues   []string `json:"queues"`
 	MaxTasks *int     `json:"max_tasks"`
 	WaitMs   *int     `json:"wait_ms"`
+	// Prefetch marks a poll for tasks the worker will hold until a slot frees:
+	// queues with a concurrency cap are skipped, since a task waiting at the worker
+	// would hold one of the cap's slots without running.
+	Prefetch bool `json:"prefetch"`
+}
+
+// pollSpec is what one poll asks for.
+type pollSpec struct {
+	workerID string
+	queues   []string
+	maxTasks int
+	prefetch bool
 }
 
 // polledTask is a task as a worker receives it.
@@ -90,7 +102,8 @@ func (s *Server) poll(c *gin.Context) {
 	}
 	s.recordWorker(c, req.WorkerID, req.Queues)
 
-	res, err := s.longPoll(c, req.WorkerID, req.Queues, maxTasks, time.Duration(waitMs)*time.Millisecond)
+	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetch: req.Prefetch}
+	res, err := s.longPoll(c, spec, time.Duration(waitMs)*time.Millisecond)
 	if err != nil && len(res.tasks) == 0 {
 		s.fail(c, err)
 		return
@@ -119,16 +132,22 @@ type pollResult struct {
 
 // longPoll claims up to maxTasks tasks, waiting up to wait for the first to arrive.
 // It returns as soon as it holds any task.
-func (s *Server) longPoll(ctx context.Context, workerID string, queues []string, maxTasks int, wait time.Duration) (pollResult, error) {
+func (s *Server) longPoll(ctx context.Context, p pollSpec, wait time.Duration) (pollResult, error) {
 	deadline := time.Now().Add(wait)
+	parkOn := p.queues
+	if p.prefetch {
+		// A wake-up for a queue the poll skips would be wasted on it, and another
+		// waiter not woken.
+		parkOn = s.uncapped(ctx, p.queues)
+	}
 	for {
-		res, err := s.claim(ctx, workerID, queues, maxTasks)
+		res, err := s.claim(ctx, p)
 		if len(res.tasks) > 0 || err != nil || !time.Now().Before(deadline) {
 			return res, err
 		}
 		// Park first, then look again, so a wake-up between the two is not lost.
-		w := s.hub.park(queues)
-		res, err = s.claim(ctx, workerID, queues, maxTasks)
+		w := s.hub.park(parkOn)
+		res, err = s.claim(ctx, p)
 		if len(res.tasks) > 0 || err != nil {
 			s.hub.leave(w)
 			return res, err
@@ -152,6 +171,17 @@ func (s *Server) longPoll(ctx context.Context, workerID string, queues []string,
 	}
 }
 
+// uncapped is the queues among queues that exist and have no concurrency cap.
+func (s *Server) uncapped(ctx context.Context, queues []string) []string {
+	var out []string
+	for _, q := range queues {
+		if l, ok, err := s.limits.Get(ctx, q); err == nil && ok && l.MaxConcurrency == 0 {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 func (s *Server) isDraining() bool {
 	select {
 	case <-s.draining:
@@ -161,23 +191,23 @@ func (s *Server) isDraining() bool {
 	}
 }
 
-// claim takes tasks from queues in the order given, each within its flow-control
-// limits, until it holds maxTasks tasks or has tried every queue. A queue that is
-// paused, limited or empty never holds up the next one.
-func (s *Server) claim(ctx context.Context, workerID string, queues []string, maxTasks int) (pollResult, error) {
+// claim takes tasks from the poll's queues in the order given, each within its
+// flow-control limits, until it holds maxTasks tasks or has tried every queue. A
+// queue that is paused, limited or empty never holds up the next one.
+func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 	var res pollResult
-	for _, q := range queues {
-		if len(res.tasks) >= maxTasks {
+	for _, q := range p.queues {
+		if len(res.tasks) >= p.maxTasks {
 			break
 		}
 		limits, ok, err := s.limits.Get(ctx, q)
 		if err != nil {
 			return res, err
 		}
-		if !ok {
-			continue // unknown queue: nothing to take
+		if !ok || (p.prefetch && limits.MaxConcurrency > 0) {
+			continue // unknown queue, or a capped one a prefetch would hold a slot of
 		}
-		tasks, retryAfter, err := s.claimFrom(ctx, workerID, q, limits, maxTasks-len(res.tasks))
+		tasks, retryAfter, err := s.claimFrom(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks))
 		res.tasks = append(res.tasks, tasks...)
 		if err != nil {
 			return res, err

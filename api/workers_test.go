@@ -146,6 +146,45 @@ func TestPollTriesQueuesInOrderAndHonoursMaxTasks(t *testing.T) {
 	}
 }
 
+// TestPrefetchPollSkipsCappedQueues: a poll marked prefetch (for tasks a worker
+// holds until a slot frees) takes nothing from a queue with a concurrency cap,
+// where a waiting task would hold one of the cap's slots without running; an
+// ordinary poll still does.
+func TestPrefetchPollSkipsCappedQueues(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("capped", map[string]any{"max_concurrency": 2})
+	s.CreateQueue("open", nil)
+	for i := 0; i < 2; i++ {
+		s.Enqueue("capped", map[string]any{"payload": i})
+		s.Enqueue("open", map[string]any{"payload": i})
+	}
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("capped")).Val() == 2 &&
+			s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("open")).Val() == 2
+	})
+	var got struct{ Tasks []testserver.Polled }
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"capped", "open"},
+		"max_tasks": 4, "prefetch": true}).JSON(t, &got)
+	if len(got.Tasks) != 2 || got.Tasks[0].Queue != "open" || got.Tasks[1].Queue != "open" {
+		t.Fatalf("prefetch poll took %+v, want the two tasks of the uncapped queue", got.Tasks)
+	}
+	if n := s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("capped")).Val(); n != 2 {
+		t.Fatalf("the prefetch poll popped from the capped queue: %d left buffered, want 2", n)
+	}
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"capped"},
+		"max_tasks": 4, "wait_ms": 1000, "prefetch": true}).JSON(t, &got)
+	if len(got.Tasks) != 0 {
+		t.Fatalf("a prefetch long-poll on the capped queue alone took %+v", got.Tasks)
+	}
+	if p := s.Poll("w", []string{"capped"}, 4, 0); len(p) != 2 {
+		t.Fatalf("an ordinary poll of the capped queue took %d tasks, want 2", len(p))
+	}
+	if resp := s.Do("POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"open"}, "prefetch": "yes"}); resp.Status != 400 {
+		t.Fatalf("prefetch \"yes\": %d %s", resp.Status, resp.Body)
+	}
+}
+
 func TestLongPollWakesWhenWorkArrives(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) {

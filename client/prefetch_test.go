@@ -141,23 +141,30 @@ func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 }
 
 // TestWorkerDoesNotPrefetch: a worker whose handlers run long, or with prefetching
-// turned off, claims nothing while its only slot is taken; an idle witness worker
-// gets the next task instead.
+// turned off, or serving a queue with a concurrency cap (where a waiting task would
+// hold a slot of the cap), claims nothing while its only slot is taken; an idle
+// witness worker gets the next task instead.
 func TestWorkerDoesNotPrefetch(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		prefetch int
 		warmUp   string
+		cap      int // the queue's max_concurrency; 0 for none
 	}{
-		{"handlers run long", 1, "slow"},
-		{"prefetch off", -1, "quick"},
+		{"handlers run long", 1, "slow", 0},
+		{"prefetch off", -1, "quick", 0},
+		{"capped queue", 1, "quick", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, c := setup(t, nil)
 			ctx := context.Background()
-			must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+			settings := client.QueueSettings{}
+			if tc.cap > 0 {
+				settings.MaxConcurrency = client.Set(tc.cap)
+			}
+			must[*client.Queue](t)(c.CreateQueue(ctx, "q", settings))
 			g := newGate()
 			w := client.NewWorker(c, client.WorkerConfig{ID: "w-main", Concurrency: 1, Prefetch: tc.prefetch,
 				PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})

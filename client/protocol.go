@@ -34,6 +34,10 @@ type PollRequest struct {
 	// Wait is how long the server may hold the request open for the first task
 	// (rounded down to milliseconds, at most 30s); zero returns at once.
 	Wait time.Duration
+	// Prefetch asks only for tasks of queues without a concurrency cap: the poll is
+	// for tasks the worker will hold until a slot frees, and a task waiting at the
+	// worker would take one of a cap's slots without running.
+	Prefetch bool
 }
 
 // PollResult is the answer to a poll.
@@ -55,6 +59,9 @@ func (c *Client) Poll(ctx context.Context, r PollRequest) (*PollResult, error) {
 func (c *Client) poll(ctx context.Context, r PollRequest) (*PollResult, time.Time, error) {
 	body := map[string]any{"worker_id": r.WorkerID, "queues": r.Queues,
 		"max_tasks": max(r.MaxTasks, 1), "wait_ms": r.Wait.Milliseconds()}
+	if r.Prefetch {
+		body["prefetch"] = true
+	}
 	var out struct {
 		Tasks        []PolledTask `json:"tasks"`
 		RetryAfterMs int64        `json:"retry_after_ms"`

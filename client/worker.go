@@ -269,7 +269,7 @@ func (r *runner) run(ctx context.Context) error {
 	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
 	var fatal error
 	for ctx.Err() == nil {
-		want := r.pollSize()
+		want, prefetch := r.pollSize()
 		if want <= 0 {
 			select {
 			case <-r.slotFreed:
@@ -279,7 +279,7 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		sent := time.Now()
 		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
-			MaxTasks: min(want, maxPollTasks), Wait: r.cfg.PollWait})
+			MaxTasks: min(want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: prefetch})
 		recv := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -309,19 +309,19 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 // pollSize is how many tasks the next poll asks for: the free slots, or when
-// every slot is taken, the room left for prefetched tasks. Tasks whose handler
-// returned but whose ack or nack is still on its way hold no slot, so the next
-// poll overlaps with their report.
-func (r *runner) pollSize() int {
+// every slot is taken, the room left for prefetched tasks (prefetch is then true).
+// Tasks whose handler returned but whose ack or nack is still on its way hold no
+// slot, so the next poll overlaps with their report.
+func (r *runner) pollSize() (n int, prefetch bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if free := r.cfg.Concurrency - r.running - len(r.waiting); free > 0 {
-		return free
+		return free, false
 	}
 	if r.cfg.Prefetch <= 0 || r.avgRun == 0 || r.avgRun >= PrefetchBelow {
-		return 0
+		return 0, false
 	}
-	return r.cfg.Prefetch - len(r.waiting)
+	return r.cfg.Prefetch - len(r.waiting), true
 }
 
 // handlerReturned frees j's slot while its outcome is reported, starts the next
