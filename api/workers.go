@@ -35,6 +35,9 @@ type pollRequest struct {
 	// queues with a concurrency cap are skipped, since a task waiting at the worker
 	// would hold one of the cap's slots without running.
 	Prefetch bool `json:"prefetch"`
+	// Acks are acks of this worker's tasks to commit before claiming, saving the
+	// worker a request per task. A poll carrying acks does not wait for work.
+	Acks []ackBatchItem `json:"acks"`
 }
 
 // pollSpec is what one poll asks for.
@@ -69,7 +72,7 @@ func validWorkerID(id string) error {
 
 func (s *Server) poll(c *gin.Context) {
 	var req pollRequest
-	if err := decode(c, workerBodyLimit, &req); err != nil {
+	if err := decode(c, workerBodyLimit+maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -100,11 +103,38 @@ func (s *Server) poll(c *gin.Context) {
 			return
 		}
 	}
+	var acks []storage.AckItem
+	if len(req.Acks) > 0 {
+		var err error
+		if acks, err = s.ackItems(req.WorkerID, req.Acks); err != nil {
+			s.fail(c, err)
+			return
+		}
+	}
 	s.recordWorker(c, req.WorkerID, req.Queues)
 
+	var acked []pollAckResult
+	if len(acks) > 0 {
+		results, err := s.commitAcks(c, req.WorkerID, acks)
+		if err != nil {
+			s.fail(c, err) // nothing was acked, nothing claimed
+			return
+		}
+		acked = make([]pollAckResult, len(results))
+		for i, r := range results {
+			acked[i] = pollAckResult{TaskID: r.TaskID, Error: r.Error}
+		}
+		waitMs = 0 // the worker waits for these answers: do not hold them back
+	}
 	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetch: req.Prefetch}
 	res, err := s.longPoll(c, spec, time.Duration(waitMs)*time.Millisecond)
 	if err != nil && len(res.tasks) == 0 {
+		if acked != nil {
+			// The acks are committed: say so. The worker's next poll meets the error.
+			s.log.Warn("poll failed after its acks were committed", "worker_id", req.WorkerID, "err", err)
+			c.JSON(http.StatusOK, gin.H{"tasks": []polledTask{}, "acks": acked})
+			return
+		}
 		s.fail(c, err)
 		return
 	}
@@ -115,11 +145,14 @@ func (s *Server) poll(c *gin.Context) {
 			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds,
 			Traceparent: t.Traceparent}
 	}
+	body := gin.H{"tasks": out}
 	if len(out) == 0 && res.retryAfter > 0 {
-		c.JSON(http.StatusOK, gin.H{"tasks": out, "retry_after_ms": res.retryAfter.Milliseconds()})
-		return
+		body["retry_after_ms"] = res.retryAfter.Milliseconds()
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": out})
+	if acked != nil {
+		body["acks"] = acked
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 // pollResult is what one poll obtained.
@@ -430,12 +463,21 @@ func (s *Server) ack(c *gin.Context) {
 }
 
 type ackBatchRequest struct {
-	WorkerID string `json:"worker_id"`
-	Acks     []struct {
-		TaskID     *uuid.UUID      `json:"task_id"`
-		LeaseToken *uuid.UUID      `json:"lease_token"`
-		Result     json.RawMessage `json:"result"`
-	} `json:"acks"`
+	WorkerID string         `json:"worker_id"`
+	Acks     []ackBatchItem `json:"acks"`
+}
+
+// ackBatchItem is one ack of a batch, or of a poll.
+type ackBatchItem struct {
+	TaskID     *uuid.UUID      `json:"task_id"`
+	LeaseToken *uuid.UUID      `json:"lease_token"`
+	Result     json.RawMessage `json:"result"`
+}
+
+// pollAckResult is the outcome of an ack a poll carried: no error means acked.
+type pollAckResult struct {
+	TaskID uuid.UUID    `json:"task_id"`
+	Error  *errorDetail `json:"error,omitempty"`
 }
 
 // ackResult is one item of a batch ack's answer: the done task, or the error the
@@ -458,23 +500,46 @@ func (s *Server) ackBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if len(req.Acks) == 0 || len(req.Acks) > maxPollTasks {
+	if len(req.Acks) == 0 {
 		s.fail(c, invalid("acks must hold 1 to %d items", maxPollTasks))
 		return
 	}
-	items := make([]storage.AckItem, len(req.Acks))
-	for i, a := range req.Acks {
+	items, err := s.ackItems(req.WorkerID, req.Acks)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	results, err := s.commitAcks(c, req.WorkerID, items)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"results": results})
+}
+
+// ackItems checks the acks of a batch or a poll (at most maxPollTasks).
+func (s *Server) ackItems(workerID string, acks []ackBatchItem) ([]storage.AckItem, error) {
+	if len(acks) > maxPollTasks {
+		return nil, invalid("acks must hold 1 to %d items", maxPollTasks)
+	}
+	items := make([]storage.AckItem, len(acks))
+	for i, a := range acks {
 		if a.TaskID == nil || a.LeaseToken == nil {
-			s.fail(c, invalid("acks[%d]: task_id and lease_token are required", i))
-			return
+			return nil, invalid("acks[%d]: task_id and lease_token are required", i)
 		}
 		if int64(len(a.Result)) > s.cfg.MaxPayloadBytes {
-			s.fail(c, tooLarge("acks[%d]: result is %d bytes; the limit is %d", i, len(a.Result), s.cfg.MaxPayloadBytes))
-			return
+			return nil, tooLarge("acks[%d]: result is %d bytes; the limit is %d", i, len(a.Result), s.cfg.MaxPayloadBytes)
 		}
-		items[i] = storage.AckItem{TaskID: *a.TaskID, LeaseToken: *a.LeaseToken, WorkerID: req.WorkerID, Result: a.Result}
+		items[i] = storage.AckItem{TaskID: *a.TaskID, LeaseToken: *a.LeaseToken, WorkerID: workerID, Result: a.Result}
 	}
-	outcomes := s.acks.do(c, items...)
+	return items, nil
+}
+
+// commitAcks acks items in one (group) commit. Each item succeeds or fails
+// (lease_lost) on its own; an error means the commit itself failed and nothing
+// was acked.
+func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]ackResult, error) {
+	outcomes := s.acks.do(ctx, items...)
 	crashpoint.Hit(crashpoint.AfterAckCommit)
 	results := make([]ackResult, len(outcomes))
 	for i, o := range outcomes {
@@ -482,17 +547,16 @@ func (s *Server) ackBatch(c *gin.Context) {
 		if o.err != nil {
 			apiErr := toAPIError(o.err)
 			if apiErr.Status >= 500 {
-				s.fail(c, o.err) // the commit itself failed: nothing was acked
-				return
+				return nil, o.err
 			}
 			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
 			continue
 		}
 		t := o.task
 		results[i].Task = &t
-		s.finished(c, t, req.WorkerID, "")
+		s.finished(ctx, t, workerID, "")
 	}
-	c.JSON(http.StatusOK, gin.H{"results": results})
+	return results, nil
 }
 
 type nackRequest struct {

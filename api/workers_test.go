@@ -185,6 +185,75 @@ func TestPrefetchPollSkipsCappedQueues(t *testing.T) {
 	}
 }
 
+// TestPollCarriesAcks: acks sent with a poll are committed before it claims, each
+// on its own (a stale token gets lease_lost), in the order sent; such a poll does
+// not wait for work; a malformed ack fails the whole poll and changes nothing.
+func TestPollCarriesAcks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	for i := 0; i < 3; i++ {
+		s.Enqueue("q", map[string]any{"payload": i})
+	}
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 3
+	})
+	held := s.Poll("w", []string{"q"}, 2, 5000)
+	if len(held) != 2 {
+		t.Fatalf("polled %d tasks, want 2", len(held))
+	}
+	ack := func(p testserver.Polled, token string) map[string]any {
+		return map[string]any{"task_id": p.ID, "lease_token": token, "result": map[string]any{"n": p.ID}}
+	}
+	stale := "00000000-0000-4000-8000-000000000000"
+	for _, bad := range []map[string]any{
+		{"worker_id": "w", "queues": []string{"q"}, "acks": []map[string]any{ack(held[0], held[0].LeaseToken), {"task_id": held[1].ID}}},
+		{"worker_id": "w", "queues": []string{"q"}, "acks": []map[string]any{{"task_id": held[0].ID, "lease_token": held[0].LeaseToken, "extra": 1}}},
+		{"worker_id": "w", "queues": []string{"q"}, "acks": "all"},
+	} {
+		if resp := s.Do("POST", "/workers/poll", bad); resp.Status != 400 {
+			t.Fatalf("poll with bad acks %v: %d %s", bad["acks"], resp.Status, resp.Body)
+		}
+	}
+	if got := s.Task("q", held[0].ID); got.Status != "executing" {
+		t.Fatalf("a refused poll acked its task: %s", got.Status)
+	}
+
+	type pollAnswer struct {
+		Tasks []testserver.Polled
+		Acks  []struct {
+			TaskID string `json:"task_id"`
+			Error  *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+	}
+	var out pollAnswer
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"q"}, "max_tasks": 5, "wait_ms": 20000,
+		"acks": []map[string]any{ack(held[1], stale), ack(held[0], held[0].LeaseToken)}}).JSON(t, &out)
+	if len(out.Acks) != 2 || out.Acks[0].TaskID != held[1].ID || out.Acks[0].Error == nil || out.Acks[0].Error.Code != "lease_lost" ||
+		out.Acks[1].TaskID != held[0].ID || out.Acks[1].Error != nil {
+		t.Fatalf("ack results %+v", out.Acks)
+	}
+	if len(out.Tasks) != 1 {
+		t.Fatalf("the poll claimed %d tasks, want the 1 left", len(out.Tasks))
+	}
+	if got := s.Task("q", held[0].ID); got.Status != "done" || string(got.Result) != `{"n":"`+held[0].ID+`"}` {
+		t.Fatalf("acked task: %s, result %s", got.Status, got.Result)
+	}
+	if got := s.Task("q", held[1].ID); got.Status != "executing" {
+		t.Fatalf("the stale ack changed its task: %s", got.Status)
+	}
+	// Nothing left to claim: a poll with acks answers at once all the same.
+	start := time.Now()
+	out = pollAnswer{}
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"q"}, "wait_ms": 20000,
+		"acks": []map[string]any{ack(held[1], held[1].LeaseToken)}}).JSON(t, &out)
+	if len(out.Tasks) != 0 || len(out.Acks) != 1 || out.Acks[0].Error != nil || time.Since(start) > 10*time.Second {
+		t.Fatalf("poll with an ack and no work: %d tasks, acks %+v, after %s", len(out.Tasks), out.Acks, time.Since(start))
+	}
+}
+
 func TestLongPollWakesWhenWorkArrives(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,5 +50,67 @@ func TestWorkerBatchesAcksOfTasksFinishingTogether(t *testing.T) {
 	t.Logf("300 acks took %d single and %d batch requests", single, batched)
 	if batched == 0 || single+batched >= 300 {
 		t.Fatalf("300 acks took %d single and %d batch requests: no batching", single, batched)
+	}
+}
+
+// TestWorkerAcksRideOnPolls: a worker whose handler returns while it has nothing
+// else to ask for (its prefetched task already at hand) sends the ack with the
+// poll the freed slot sets off, so a one-slot worker makes about one request per
+// task, not two. (A handler quicker than a poll's round trip returns while the
+// poll is out; its ack goes alone.)
+func TestWorkerAcksRideOnPolls(t *testing.T) {
+	t.Parallel()
+	s, c := setup(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateQueue(ctx, "q", client.QueueSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	tasks := make([]client.NewTask, n)
+	for i := range tasks {
+		tasks[i] = client.NewTask{Payload: i}
+	}
+	if _, err := c.EnqueueBatch(ctx, "q", tasks); err != nil {
+		t.Fatal(err)
+	}
+	w := worker(c, "rider", 1)
+	var handled atomic.Int32
+	w.Handle("q", func(_ context.Context, job *client.Job) error {
+		// Return once the worker's poll for its next task is back (it holds that
+		// task), as it is when handlers outlast a poll's round trip; the first
+		// handler runs before any prefetching, the last has no next task.
+		if handled.Add(1) > 1 {
+			testserver.Eventually(t, 10*time.Second, "next task prefetched", func() bool {
+				st, err := c.Stats(ctx, "q")
+				if err != nil || st.Depth[client.StatusPending]+st.Depth[client.StatusClaimed] == 0 {
+					return true
+				}
+				ws, err := c.ListWorkers(ctx)
+				return err == nil && len(ws) == 1 && len(ws[0].CurrentTasks) == 2
+			})
+			time.Sleep(50 * time.Millisecond) // the poll's answer, committed, reaching the worker
+		}
+		return job.SetResult(job.Payload)
+	})
+	start(t, w)
+	testserver.Eventually(t, 60*time.Second, "all done", func() bool {
+		st, err := c.Stats(ctx, "q")
+		return err == nil && st.Depth["done"] == n
+	})
+	polls, alone := requests(t, s, "/workers/poll"), requests(t, s, "/workers/ack")+requests(t, s, "/workers/ack/batch")
+	t.Logf("%d tasks took %d polls and %d ack requests", n, polls, alone)
+	// The last task's ack goes alone (the poll then out waits for work that never
+	// comes); allow a few more for a loaded machine.
+	if alone > 5 || polls+alone > n+7 {
+		t.Fatalf("%d tasks took %d polls and %d ack requests, want acks riding on polls", n, polls, alone)
+	}
+	page, err := c.ListTasks(ctx, "q", client.TaskFilter{Status: client.StatusDone, Limit: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range page.Tasks {
+		if string(task.Result) != string(task.Payload) || task.Attempts != 1 {
+			t.Fatalf("task %s: result %s for payload %s after %d attempts", task.ID, task.Result, task.Payload, task.Attempts)
+		}
 	}
 }

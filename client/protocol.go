@@ -38,6 +38,10 @@ type PollRequest struct {
 	// for tasks the worker will hold until a slot frees, and a task waiting at the
 	// worker would take one of a cap's slots without running.
 	Prefetch bool
+	// Acks (up to 100) are committed before the poll claims anything, saving a
+	// request per task. A poll carrying acks does not wait for work: it answers
+	// as soon as they are committed, with whatever tasks were ready.
+	Acks []AckItem
 }
 
 // PollResult is the answer to a poll.
@@ -46,6 +50,8 @@ type PollResult struct {
 	// RetryAfter, when positive on an empty answer, is when a rate-limited queue
 	// that holds waiting work will next have a token.
 	RetryAfter time.Duration
+	// Acks are the outcomes of the request's Acks, in order.
+	Acks []AckResult
 }
 
 // Poll claims up to MaxTasks tasks, waiting up to Wait for the first to arrive.
@@ -62,15 +68,25 @@ func (c *Client) poll(ctx context.Context, r PollRequest) (*PollResult, time.Tim
 	if r.Prefetch {
 		body["prefetch"] = true
 	}
-	var out struct {
-		Tasks        []PolledTask `json:"tasks"`
-		RetryAfterMs int64        `json:"retry_after_ms"`
+	if len(r.Acks) > 0 {
+		body["acks"] = ackBodies(r.Acks)
 	}
-	date, _, err := c.do(ctx, http.MethodPost, "/workers/poll", nil, body, &out)
+	var out struct {
+		Tasks        []PolledTask    `json:"tasks"`
+		RetryAfterMs int64           `json:"retry_after_ms"`
+		Acks         []ackResultBody `json:"acks"`
+	}
+	date, status, err := c.do(ctx, http.MethodPost, "/workers/poll", nil, body, &out)
 	if err != nil {
 		return nil, date, fmt.Errorf("poll %v: %w", r.Queues, err)
 	}
-	return &PollResult{Tasks: out.Tasks, RetryAfter: time.Duration(out.RetryAfterMs) * time.Millisecond}, date, nil
+	res := &PollResult{Tasks: out.Tasks, RetryAfter: time.Duration(out.RetryAfterMs) * time.Millisecond}
+	if len(r.Acks) > 0 {
+		if res.Acks, err = ackResults(r.Acks, out.Acks, status); err != nil {
+			return nil, date, fmt.Errorf("poll %v: %w", r.Queues, err)
+		}
+	}
+	return res, date, nil
 }
 
 // LeaseState is a lease after a heartbeat.
@@ -140,6 +156,22 @@ type AckResult struct {
 // /workers/ack/batch), committed together on the server. Items succeed or fail on
 // their own; the error is for the request as a whole (nothing was acked).
 func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem) ([]AckResult, error) {
+	var out struct {
+		Results []ackResultBody `json:"results"`
+	}
+	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, map[string]any{"worker_id": workerID, "acks": ackBodies(items)}, &out)
+	if err != nil {
+		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+	}
+	results, err := ackResults(items, out.Results, status)
+	if err != nil {
+		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+	}
+	return results, nil
+}
+
+// ackBodies are items as a batch ack or a poll sends them.
+func ackBodies(items []AckItem) []map[string]any {
 	acks := make([]map[string]any, len(items))
 	for i, it := range items {
 		acks[i] = map[string]any{"task_id": it.TaskID, "lease_token": it.LeaseToken}
@@ -147,25 +179,29 @@ func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem)
 			acks[i]["result"] = it.Result
 		}
 	}
-	var out struct {
-		Results []struct {
-			TaskID string `json:"task_id"`
-			Task   *Task  `json:"task"`
-			Error  *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		} `json:"results"`
-	}
-	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, map[string]any{"worker_id": workerID, "acks": acks}, &out)
-	if err != nil {
-		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
-	}
-	if len(out.Results) != len(items) {
-		return nil, fmt.Errorf("ack %d tasks: server answered %d results (status %d)", len(items), len(out.Results), status)
+	return acks
+}
+
+// ackResultBody is one ack's outcome as the server answers it.
+type ackResultBody struct {
+	TaskID string `json:"task_id"`
+	Task   *Task  `json:"task"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// ackResults turns the server's answer to items into AckResults, in order.
+func ackResults(items []AckItem, got []ackResultBody, status int) ([]AckResult, error) {
+	if len(got) != len(items) {
+		return nil, fmt.Errorf("server answered %d ack results for %d acks (status %d)", len(got), len(items), status)
 	}
 	results := make([]AckResult, len(items))
-	for i, r := range out.Results {
+	for i, r := range got {
+		if r.TaskID != items[i].TaskID {
+			return nil, fmt.Errorf("server answered ack results out of order: %s for %s", r.TaskID, items[i].TaskID)
+		}
 		results[i] = AckResult{TaskID: r.TaskID, Task: r.Task}
 		if r.Error != nil {
 			results[i].Err = fmt.Errorf("ack task %s: %w", r.TaskID, &APIError{Status: http.StatusConflict, Code: r.Error.Code, Message: r.Error.Message})

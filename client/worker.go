@@ -67,6 +67,9 @@ const (
 	leaseMargin = 250 * time.Millisecond
 	// maxErrorText keeps a nack's error under the server's 64 KiB limit.
 	maxErrorText = 60 << 10
+	// maxPollAckResult is the largest result a poll carries with its ack; larger
+	// ones go alone, so that a refused result does not fail a poll.
+	maxPollAckResult = 16 << 10
 )
 
 // PrefetchBelow is the average handler duration under which a Worker prefetches:
@@ -200,7 +203,12 @@ type runner struct {
 	running   int               // active jobs whose handler was started and has not returned
 	reporting int               // active jobs whose handler returned (their report is on its way)
 	stopping  bool              // shutdown is handing tasks back: start no more
-	avgRun    time.Duration     // moving average of handler durations; 0 until one returned
+	// A handler returning while the poller is idle leaves its ack to the poll its
+	// freed slot sets off (pollAcks), saving a request per task.
+	pollerIdle bool
+	pollerGone bool // Run's poll loop has ended: acks go alone
+	pollAcks   []*job
+	avgRun     time.Duration // moving average of handler durations; 0 until one returned
 
 	// Acks of tasks that finish together go out in one batch request.
 	ackMu      sync.Mutex
@@ -269,8 +277,9 @@ func (r *runner) run(ctx context.Context) error {
 	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
 	var fatal error
 	for ctx.Err() == nil {
-		want, prefetch := r.pollSize()
+		want, prefetch, acks := r.nextPoll()
 		if want <= 0 {
+			r.ackAlone(acks)
 			select {
 			case <-r.slotFreed:
 			case <-ctx.Done():
@@ -279,8 +288,9 @@ func (r *runner) run(ctx context.Context) error {
 		}
 		sent := time.Now()
 		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
-			MaxTasks: min(want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: prefetch})
+			MaxTasks: min(want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: prefetch, Acks: ackItems(acks)})
 		recv := time.Now()
+		r.settlePollAcks(acks, res, err)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -304,17 +314,76 @@ func (r *runner) run(ctx context.Context) error {
 			sleep(ctx, min(res.RetryAfter, r.cfg.PollWait))
 		}
 	}
+	r.mu.Lock()
+	r.pollerGone = true
+	acks := r.pollAcks
+	r.pollAcks = nil
+	r.mu.Unlock()
+	r.ackAlone(acks)
 	r.shutdown()
 	return fatal
 }
 
-// pollSize is how many tasks the next poll asks for: the free slots, or when
-// every slot is taken, the room left for prefetched tasks (prefetch is then true).
-// Tasks whose handler returned but whose ack or nack is still on its way hold no
-// slot, so the next poll overlaps with their report.
-func (r *runner) pollSize() (n int, prefetch bool) {
+// nextPoll is what the next poll asks for: how many tasks (see pollSizeLocked), and the
+// acks it carries. With nothing to ask for, the poller is idle until a slot frees,
+// and a handler returning meanwhile leaves its ack to the poll that follows.
+func (r *runner) nextPoll() (want int, prefetch bool, acks []*job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	want, prefetch = r.pollSizeLocked()
+	r.pollerIdle = want <= 0
+	acks, r.pollAcks = r.pollAcks, nil
+	return want, prefetch, acks
+}
+
+// ackItems are the acks of jobs.
+func ackItems(jobs []*job) []AckItem {
+	if len(jobs) == 0 {
+		return nil
+	}
+	items := make([]AckItem, len(jobs))
+	for i, j := range jobs {
+		items[i] = AckItem{TaskID: j.ID, LeaseToken: j.leaseToken, Result: j.result}
+	}
+	return items
+}
+
+// settlePollAcks marks the jobs whose acks a poll carried done, or when the poll
+// failed (and so their fate is unknown), acks them the standalone way, with retries.
+func (r *runner) settlePollAcks(jobs []*job, res *PollResult, err error) {
+	if len(jobs) == 0 {
+		return
+	}
+	if err != nil {
+		r.ackAlone(jobs)
+		return
+	}
+	for i, j := range jobs {
+		if e := res.Acks[i].Err; e != nil {
+			r.log.Warn("ack refused: the lease was lost, so another worker may run the task",
+				"task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt, "err", e)
+		}
+		r.done(j)
+	}
+}
+
+// ackAlone acks jobs in requests of their own (batched when several are queued).
+func (r *runner) ackAlone(jobs []*job) {
+	if len(jobs) == 0 {
+		return
+	}
+	go func() {
+		for _, j := range jobs {
+			r.ack(j)
+		}
+	}()
+}
+
+// pollSizeLocked is how many tasks the next poll asks for: the free slots, or when
+// every slot is taken, the room left for prefetched tasks (prefetch is then true).
+// Tasks whose handler returned but whose ack or nack is still on its way hold no
+// slot, so the next poll overlaps with their report. r.mu is held.
+func (r *runner) pollSizeLocked() (n int, prefetch bool) {
 	if free := r.cfg.Concurrency - r.running - len(r.waiting); free > 0 {
 		return free, false
 	}
@@ -326,8 +395,10 @@ func (r *runner) pollSize() (n int, prefetch bool) {
 
 // handlerReturned frees j's slot while its outcome is reported, starts the next
 // prefetched task in it, and folds the handler's duration ran into the average
-// that decides whether to prefetch (ran is 0 when the handler did not run).
-func (r *runner) handlerReturned(j *job, ran time.Duration) {
+// that decides whether to prefetch (ran is 0 when the handler did not run). When
+// ackByPoll is set and the poller is idle, the poll the freed slot sets off carries
+// j's ack; handlerReturned then returns true, and the poller marks j done.
+func (r *runner) handlerReturned(j *job, ran time.Duration, ackByPoll bool) (handed bool) {
 	r.mu.Lock()
 	switch {
 	case ran <= 0: // the handler did not run
@@ -340,6 +411,10 @@ func (r *runner) handlerReturned(j *job, ran time.Duration) {
 		j.state = jobReporting
 		r.running--
 		r.reporting++
+		if ackByPoll && r.pollerIdle && !r.pollerGone && len(r.pollAcks) < maxPollTasks {
+			r.pollAcks = append(r.pollAcks, j)
+			handed = true
+		}
 	}
 	r.startWaitingLocked()
 	r.mu.Unlock()
@@ -347,6 +422,7 @@ func (r *runner) handlerReturned(j *job, ran time.Duration) {
 	case r.slotFreed <- struct{}{}:
 	default:
 	}
+	return handed
 }
 
 // startWaitingLocked starts prefetched tasks while slots are free. r.mu is held.
@@ -427,10 +503,14 @@ func (r *runner) execute(j *job) {
 	if !j.claim() {
 		return // shutdown handed the task back already
 	}
-	r.handlerReturned(j, ran())
+	ackByPoll := err == nil && !j.lost.Load() && len(j.result) <= maxPollAckResult
+	handed := r.handlerReturned(j, ran(), ackByPoll)
 	j.stopHeartbeats()
 	cause := context.Cause(ctx)
 	j.cancel(context.Canceled)
+	if handed {
+		return // the next poll carries the ack
+	}
 	log := r.log.With("task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt)
 	switch {
 	case j.lost.Load():
