@@ -45,7 +45,7 @@ func TestSmoke(t *testing.T) {
 		RedisURL:    "redis://" + testenv.RedisAddr(t),
 		Runs:        1,
 		Experiments: []string{ExpNoop, ExpLatency, ExpRetry, ExpRecovery},
-		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{2, 1, 0}}},
+		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{2, 1, -1}}},
 		Latency:     LatencyConfig{Rate: 50, Duration: 2 * time.Second, Warmup: -1, Layout: Layout{2, 1, 0}},
 		E5:          RetryConfig{DrainConfig: DrainConfig{Tasks: 40, Warmup: -1, Layouts: []Layout{{2, 1, 0}}}},
 		E6: RecoveryConfig{Variants: []LeaseVariant{{Name: "short", LeaseTimeout: time.Second,
@@ -79,7 +79,7 @@ func TestSmoke(t *testing.T) {
 	if back.SchemaVersion != SchemaVersion || back.Machine.Cores < 1 || back.Machine.Postgres == "" || back.Machine.Redis == "" {
 		t.Errorf("machine description incomplete: %+v", back.Machine)
 	}
-	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{2, 1, 0}) {
+	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{2, 1, -1}) {
 		t.Errorf("layouts do not round-trip: %v", got)
 	}
 
