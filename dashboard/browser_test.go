@@ -54,8 +54,11 @@ func TestBrowser(t *testing.T) {
 	}
 }
 
+// startReplica runs a replica whose leases (2 minutes) outlast a subtest on a
+// loaded machine: a task a subtest holds must still be executing when the page
+// shows it, not reclaimed by the watchdog after the test server's default 5 s.
 func startReplica(t *testing.T) *testserver.Instance {
-	return testserver.Start(t, testserver.Options{})
+	return testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.LeaseTimeout = 2 * time.Minute }})
 }
 
 // startFastHeartbeats runs a replica whose workers turn stale after 1.5 s but keep
