@@ -53,8 +53,20 @@ func BenchmarkPollAck(b *testing.B) {
 }
 
 // BenchmarkPollAckParallel measures 16 concurrent workers that each poll one task
-// and ack it, the shape that group commit of claims and acks is for.
+// and ack it, the shape that group commit of claims and acks is for: with each ack
+// a request of its own, and with each ack carried by the worker's next poll (as the
+// SDK sends it when its poller is idle).
 func BenchmarkPollAckParallel(b *testing.B) {
+	for _, onPoll := range []bool{false, true} {
+		name := "ack=alone"
+		if onPoll {
+			name = "ack=on-poll"
+		}
+		b.Run(name, func(b *testing.B) { benchPollAckParallel(b, onPoll) })
+	}
+}
+
+func benchPollAckParallel(b *testing.B, ackOnPoll bool) {
 	s := testserver.Start(b, testserver.Options{})
 	s.CreateQueue("q", nil)
 	total := b.N + 100
@@ -72,15 +84,30 @@ func BenchmarkPollAckParallel(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		worker := "w-" + time.Now().Format("150405.000000000")
+		var held *testserver.Polled // with ackOnPoll: the task whose ack rides on the next poll
 		for pb.Next() {
-			p := s.Poll(worker, []string{"q"}, 1, 2000)
-			if len(p) != 1 {
-				b.Errorf("polled %d", len(p))
+			body := map[string]any{"worker_id": worker, "queues": []string{"q"}, "max_tasks": 1, "wait_ms": 2000}
+			if held != nil {
+				body["acks"] = []map[string]any{{"task_id": held.ID, "lease_token": held.LeaseToken}}
+			}
+			r := s.Do("POST", "/workers/poll", body)
+			if r.Status != 200 {
+				b.Errorf("poll: %d %s", r.Status, r.Body)
 				return
 			}
-			if r := s.Ack(worker, p[0]); r.Status != 200 {
-				b.Errorf("ack: %d", r.Status)
+			var out struct{ Tasks []testserver.Polled }
+			r.JSON(b, &out)
+			if len(out.Tasks) != 1 {
+				b.Errorf("polled %d", len(out.Tasks))
 				return
+			}
+			held = &out.Tasks[0]
+			if !ackOnPoll {
+				if r := s.Ack(worker, *held); r.Status != 200 {
+					b.Errorf("ack: %d", r.Status)
+					return
+				}
+				held = nil
 			}
 		}
 	})
