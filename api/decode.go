@@ -16,13 +16,24 @@ import (
 // unknown fields, trailing data and malformed JSON with 400, and bodies over limit
 // with 413. It stops reading at the limit rather than buffering an oversized body.
 func decode(c *gin.Context, limit int64, dst any) error {
+	_, err := decodeSized(c, limit, dst)
+	return err
+}
+
+// decodeSized is decode that also returns the body's size in bytes.
+func decodeSized(c *gin.Context, limit int64, dst any) (int, error) {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
-		return invalid("Content-Type must be application/json")
+		return 0, invalid("Content-Type must be application/json")
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
-		return decodeError(err, limit)
+		return len(raw), decodeError(err, limit)
 	}
+	return len(raw), decodeRaw(raw, limit, dst)
+}
+
+// decodeRaw decodes raw, a whole request body, into dst as decode does.
+func decodeRaw(raw []byte, limit int64, dst any) error {
 	if err := storable(raw); err != nil {
 		return err
 	}

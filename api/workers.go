@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
@@ -72,8 +74,15 @@ func validWorkerID(id string) error {
 
 func (s *Server) poll(c *gin.Context) {
 	var req pollRequest
-	if err := decode(c, workerBodyLimit+maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req); err != nil {
+	size, err := decodeSized(c, workerBodyLimit+maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req)
+	if err != nil {
 		s.fail(c, err)
+		return
+	}
+	if size > workerBodyLimit && len(req.Acks) == 0 {
+		// Only acks make a poll this large; the auth middleware reads no further
+		// than this limit either.
+		s.fail(c, tooLarge("a poll without acks must be at most %d bytes", workerBodyLimit))
 		return
 	}
 	if err := validWorkerID(req.WorkerID); err != nil {
@@ -87,6 +96,12 @@ func (s *Server) poll(c *gin.Context) {
 	for _, q := range req.Queues {
 		if !queueNamePattern.MatchString(q) {
 			s.fail(c, invalid("queue name %q is not valid", q))
+			return
+		}
+		// The auth middleware checks this too, but only on bodies it could read
+		// whole; a poll made large by its acks is checked here.
+		if !auth.QueueAllowed(c, q) {
+			s.fail(c, &Error{Status: http.StatusForbidden, Code: auth.CodeForbidden, Message: "this token may not poll queue " + strconv.Quote(q)})
 			return
 		}
 	}

@@ -161,11 +161,42 @@ func TestRestrictedTokens(t *testing.T) {
 			t.Fatalf("poll %s: %d %s", raw, r.Status, r.Body)
 		}
 	}
-	// Nothing in theirs was touched.
+	// A poll made larger than the middleware reads by its acks is still refused a
+	// queue the token may not use, before its acks are committed or anything is
+	// claimed; a large poll without acks is refused outright.
+	waiting := must(t, in, 201, request{method: "POST", path: "/queues/theirs/tasks", token: admin, body: map[string]any{"payload": 1}})
+	var theirs struct{ ID string }
+	waiting.JSON(t, &theirs)
+	big := strings.Repeat("x", 70<<10)
+	ack := map[string]any{"task_id": "00000000-0000-4000-8000-000000000001", "lease_token": "00000000-0000-4000-8000-000000000002", "result": big}
+	if r := send(t, in, request{method: "POST", path: "/workers/poll", token: work,
+		body: map[string]any{"worker_id": "w", "queues": []string{"theirs"}, "acks": []any{ack}}}); r.Status != 403 {
+		t.Fatalf("large poll of theirs with acks: %d %.200s", r.Status, r.Body)
+	}
+	padded := `{"worker_id": "w", "queues": ["theirs"]` + strings.Repeat(" ", 70<<10) + `}`
+	if r := send(t, in, request{method: "POST", path: "/workers/poll", token: work, body: padded}); r.Status != 413 && r.Status != 403 {
+		t.Fatalf("padded poll of theirs: %d %.200s", r.Status, r.Body)
+	}
+	// Padding would also slip a long poll past the middleware's per-worker bound.
+	padded = `{"worker_id": "w", "queues": ["mine"], "wait_ms": 1000` + strings.Repeat(" ", 70<<10) + `}`
+	if r := send(t, in, request{method: "POST", path: "/workers/poll", token: work, body: padded}); r.Status != 413 {
+		t.Fatalf("padded poll of mine: %d %.200s", r.Status, r.Body)
+	}
+	var task struct{ Status string }
+	must(t, in, 200, request{method: "GET", path: "/queues/theirs/tasks/" + theirs.ID, token: admin}).JSON(t, &task)
+	if task.Status == "executing" {
+		t.Fatal("a restricted worker claimed a task of a queue it may not poll")
+	}
+	if r := send(t, in, request{method: "POST", path: "/workers/poll", token: work,
+		body: map[string]any{"worker_id": "w", "queues": []string{"mine"}, "acks": []any{ack}}}); r.Status != 200 {
+		t.Fatalf("large poll of mine with acks: %d %.200s", r.Status, r.Body)
+	}
+
+	// Nothing else in theirs was touched.
 	var out struct{ Depth map[string]int }
 	must(t, in, 200, request{method: "GET", path: "/queues/theirs/stats", token: admin}).JSON(t, &out)
 	for status, n := range out.Depth {
-		if n != 0 {
+		if n != 0 && status != "pending" && status != "claimed" {
 			t.Fatalf("theirs has %d %s tasks", n, status)
 		}
 	}
