@@ -479,12 +479,10 @@ func (r *runner) execute(j *job) {
 	defer j.stopTimeout()
 	ctx := j.ctx
 	h := r.handlers[j.Queue]
-	began := time.Now()
-	ran := func() time.Duration { return max(time.Since(began), time.Nanosecond) }
+	began, started := time.Now(), ctx.Err() == nil
 	var err error
-	if ctx.Err() != nil {
+	if !started {
 		err = fmt.Errorf("not started: %w", context.Cause(ctx))
-		ran = func() time.Duration { return 0 }
 	} else if h == nil {
 		err = Permanent(fmt.Errorf("worker %s has no handler for queue %q", r.cfg.ID, j.Queue))
 	} else if r.cfg.TracerProvider != nil {
@@ -504,7 +502,11 @@ func (r *runner) execute(j *job) {
 		return // shutdown handed the task back already
 	}
 	ackByPoll := err == nil && !j.lost.Load() && len(j.result) <= maxPollAckResult
-	handed := r.handlerReturned(j, ran(), ackByPoll)
+	var ran time.Duration // 0: the handler did not run
+	if started {
+		ran = max(time.Since(began), time.Nanosecond)
+	}
+	handed := r.handlerReturned(j, ran, ackByPoll)
 	j.stopHeartbeats()
 	cause := context.Cause(ctx)
 	j.cancel(context.Canceled)
