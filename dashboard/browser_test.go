@@ -237,7 +237,8 @@ func testEditSettings(t *testing.T, e *env) {
 	s.CreateQueue("imports", map[string]any{"max_retries": 7})
 	page := e.open("#/settings?queue=imports")
 	page.waitJS(`document.getElementById('s-max_retries')?.value === '7'`, "the form")
-	page.do(chromedp.SetValue(chromedp.CSS("#s-rate_limit"), "25"), chromedp.SetValue(chromedp.CSS("#s-rate_burst"), "5"))
+	page.enter("#s-rate_limit", "25")
+	page.enter("#s-rate_burst", "5")
 	page.click("#save-settings")
 	testserver.Eventually(t, 5*time.Second, "the new rate limit", func() bool {
 		var q struct {
@@ -248,7 +249,7 @@ func testEditSettings(t *testing.T, e *env) {
 		s.Must(http.StatusOK, "GET", "/queues/imports", nil).JSON(t, &q)
 		return q.RateLimit != nil && *q.RateLimit == 25 && q.RateBurst != nil && *q.RateBurst == 5 && q.MaxRetries == 7
 	})
-	page.do(chromedp.SetValue(chromedp.CSS("#s-max_retries"), "500"))
+	page.enter("#s-max_retries", "500")
 	page.click("#save-settings")
 	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")
 	page.checkClean("status of 400") // the refused PATCH
@@ -308,7 +309,8 @@ func testInspectorAttempts(t *testing.T, e *env) {
 	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 31 && document.getElementById('load-more').hidden`, "all 31 tasks")
 
 	// Filters: status and worker.
-	page.do(chromedp.SetValue(chromedp.CSS("#f-status"), "done"), chromedp.SetValue(chromedp.CSS("#f-worker"), "worker-c"))
+	page.enter("#f-status", "done")
+	page.enter("#f-worker", "worker-c")
 	page.click(`#task-filters button[type="submit"]`)
 	page.waitJS(fmt.Sprintf(`(() => { const rows = document.querySelectorAll('#task-list tbody tr'); return rows.length === 1 && rows[0].dataset.task === %q })()`, task.ID), "only the done task of worker-c")
 	page.checkClean()

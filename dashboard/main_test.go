@@ -172,6 +172,26 @@ func (tb *tab) click(selector string) {
 	tb.do(chromedp.WaitVisible(chromedp.CSS(selector)), chromedp.Click(chromedp.CSS(selector)))
 }
 
+// enter sets the value of the input a CSS selector finds and fires the input and
+// change events a user's typing would. chromedp.SetValue fires neither, so a view
+// that tracks unsaved edits would not see the change and a live update could
+// overwrite it before the test submits.
+func (tb *tab) enter(selector, value string) {
+	tb.t.Helper()
+	tb.do(chromedp.WaitVisible(chromedp.CSS(selector)))
+	ok := eval[bool](tb, fmt.Sprintf(`(() => {
+  const el = document.querySelector(%q);
+  if (!el) return false;
+  el.value = %q;
+  el.dispatchEvent(new Event('input', { bubbles: true }));
+  el.dispatchEvent(new Event('change', { bubbles: true }));
+  return true;
+})()`, selector, value))
+	if !ok {
+		tb.t.Fatalf("no element %s to enter %q into", selector, value)
+	}
+}
+
 // text returns the text of the first element a CSS selector finds.
 func (tb *tab) text(selector string) string {
 	tb.t.Helper()
