@@ -158,7 +158,7 @@ func TestWorkerDoesNotPrefetch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, c := setup(t, nil)
+			_, c := setup(t, longLease)
 			ctx := context.Background()
 			settings := client.QueueSettings{}
 			if tc.cap > 0 {
@@ -241,7 +241,7 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, c := setup(t, nil)
+			_, c := setup(t, longLease)
 			ctx := context.Background()
 			must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 			g := newGate()
@@ -282,3 +282,9 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 		})
 	}
 }
+
+// longLease keeps the test server's 1 s heartbeats but gives leases two minutes,
+// so a task a test holds stays leased on a loaded machine even when heartbeats
+// lag: these tests are about what the worker does, not about expiry, and an
+// expired lease would turn a hand-back into an abandoned attempt.
+func longLease(cfg *server.Config) { cfg.LeaseTimeout = 2 * time.Minute }
