@@ -151,6 +151,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.POST("/workers/ack", s.ack)
 	e.POST("/workers/ack/batch", s.ackBatch)
 	e.POST("/workers/nack", s.nack)
+	e.POST("/workers/release", s.release)
 	e.GET("/workers", s.listWorkers)
 	s.engine = e
 	return s, nil

@@ -372,8 +372,11 @@ func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason 
 	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
 		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason})
 	span := "taskforge.nack"
-	if t.Status == storage.StatusDone {
+	switch {
+	case t.Status == storage.StatusDone:
 		span = "taskforge.ack"
+	case reason == "released":
+		span = "taskforge.release"
 	}
 	s.cfg.Telemetry.TaskSpan(span, t.Traceparent, append(taskAttrs(t, workerID), attribute.String("taskforge.status", t.Status))...)
 	limits, ok, err := s.limits.Get(ctx, t.Queue)
@@ -613,6 +616,40 @@ func (s *Server) nack(c *gin.Context) {
 	if t.Status == storage.StatusRetry {
 		// Let the dispatcher plan for this retry: now if it is due, else for when
 		// its backoff ends, rather than on its next tick.
+		s.due(t.Queue)
+	}
+	c.JSON(http.StatusOK, t)
+}
+
+type releaseRequest struct {
+	leaseRequest
+	Reason string `json:"reason"`
+}
+
+// release hands a task back from a stopping worker: the attempt ends released and
+// the task goes back in line without spending its retry budget.
+func (s *Server) release(c *gin.Context) {
+	var req releaseRequest
+	if err := decode(c, workerBodyLimit+maxErrorLen, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := req.validate(true); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if len(req.Reason) > maxErrorLen {
+		s.fail(c, invalid("reason must be at most %d bytes", maxErrorLen))
+		return
+	}
+	t, err := s.store.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,
+		WorkerID: req.WorkerID, Reason: req.Reason})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.finished(c, t, req.WorkerID, "released")
+	if t.Status == storage.StatusPending {
 		s.due(t.Queue)
 	}
 	c.JSON(http.StatusOK, t)

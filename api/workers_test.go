@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -391,6 +392,89 @@ func TestNackPermanentAndRetryAfterAndBudget(t *testing.T) {
 	s.Nack("w", p, "still failing", nil).JSON(t, &got)
 	if got.Status != "dead" || got.Attempts != 2 {
 		t.Fatalf("budget spent: %+v", got)
+	}
+}
+
+// TestReleaseKeepsBudgetAndPlace: a released attempt is recorded as released, the
+// task goes back in line ahead of younger tasks of its priority, the release does
+// not spend the retry budget (a queue with max_retries 0 still runs the task again),
+// and a failure after it does. Stale tokens and bad input change nothing; a release
+// of a task with a cancel requested cancels it.
+func TestReleaseKeepsBudgetAndPlace(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", map[string]any{"max_retries": 0})
+	first := s.Enqueue("q", map[string]any{"payload": "first"})
+	p := s.Poll("w1", []string{"q"}, 1, 5000)[0]
+	second := s.Enqueue("q", map[string]any{"payload": "second"})
+
+	var got testserver.Task
+	s.Must(200, "POST", "/workers/release", map[string]any{"worker_id": "w1", "task_id": p.ID,
+		"lease_token": p.LeaseToken, "reason": "worker w1 shut down"}).JSON(t, &got)
+	if got.ID != first.ID || got.Status != "pending" || got.Releases != 1 || got.Attempts != 1 ||
+		!got.ScheduledAt.Equal(first.ScheduledAt) || got.FinishedAt != nil || got.LeaseExpiresAt != nil ||
+		got.LastError == nil || *got.LastError != "worker w1 shut down" {
+		t.Fatalf("released task: %+v", got)
+	}
+	// The same token again, and bad input: 409 and 400, and nothing changes (the
+	// dispatcher may move the task to claimed meanwhile; no attempt or release may
+	// be added).
+	for _, tc := range []struct {
+		body map[string]any
+		want int
+	}{
+		{map[string]any{"worker_id": "w1", "task_id": p.ID, "lease_token": p.LeaseToken}, 409},
+		{map[string]any{"worker_id": "w1", "task_id": p.ID}, 400},
+		{map[string]any{"task_id": p.ID, "lease_token": p.LeaseToken}, 400},
+		{map[string]any{"worker_id": "w1", "task_id": p.ID, "lease_token": p.LeaseToken, "reason": 7}, 400},
+		{map[string]any{"worker_id": "w1", "task_id": p.ID, "lease_token": p.LeaseToken, "reason": strings.Repeat("x", 64<<10+1)}, 400},
+	} {
+		if resp := s.Do("POST", "/workers/release", tc.body); resp.Status != tc.want {
+			t.Errorf("release %.80v: %d %s, want %d", tc.body, resp.Status, resp.Body, tc.want)
+		}
+	}
+	if after := s.Task("q", first.ID); after.Attempts != 1 || after.Releases != 1 || len(after.AttemptHistory) != 1 ||
+		after.AttemptHistory[0].Status != "released" {
+		t.Fatalf("refused releases changed the task: %+v", after)
+	}
+
+	// Back in line ahead of the younger task: attempt 2 of a task allowed one run.
+	p2 := s.Poll("w2", []string{"q"}, 1, 5000)[0]
+	if p2.ID != first.ID || p2.Attempt != 2 || p2.LeaseToken == p.LeaseToken {
+		t.Fatalf("after the release the poll got %+v, want attempt 2 of %s (before %s)", p2, first.ID, second.ID)
+	}
+	// A failure spends the budget of none: dead.
+	s.Nack("w2", p2, "broken", nil).JSON(t, &got)
+	if got.Status != "dead" || got.Attempts != 2 || got.Releases != 1 {
+		t.Fatalf("failure after a release: %+v", got)
+	}
+	h := s.Task("q", first.ID).AttemptHistory
+	if len(h) != 2 || h[0].Status != "released" || h[0].WorkerID != "w1" || *h[0].Error != "worker w1 shut down" ||
+		h[0].FinishedAt == nil || h[1].Status != "failed" {
+		t.Fatalf("history: %+v", h)
+	}
+
+	// A release of a task whose cancel was requested ends it cancelled.
+	p3 := s.Poll("w3", []string{"q"}, 1, 5000)[0]
+	if p3.ID != second.ID {
+		t.Fatalf("poll got %s, want %s", p3.ID, second.ID)
+	}
+	s.Must(202, "DELETE", "/queues/q/tasks/"+second.ID, nil) // executing: cancel requested
+	s.Release("w3", p3, "shutting down").JSON(t, &got)
+	if got.Status != "cancelled" || got.Releases != 0 || got.FinishedAt == nil {
+		t.Fatalf("release of a cancel-requested task: %+v", got)
+	}
+	if h := s.Task("q", second.ID).AttemptHistory; len(h) != 1 || h[0].Status != "cancelled" {
+		t.Fatalf("history: %+v", h)
+	}
+	// Of the three finished attempts (released, failed, cancelled), only the
+	// failure counts, and it is the only attempt the error rate weighs.
+	var stats struct {
+		ErrorRate float64 `json:"error_rate"`
+	}
+	s.Must(200, "GET", "/queues/q/stats", nil).JSON(t, &stats)
+	if stats.ErrorRate != 1 {
+		t.Fatalf("error rate %v, want 1 (released and cancelled attempts left out)", stats.ErrorRate)
 	}
 }
 

@@ -13,7 +13,7 @@
 //	          POST /queues/:name/tasks, POST /queues/:name/tasks/batch,
 //	          GET /queues/:name/tasks, GET|DELETE /queues/:name/tasks/:id
 //	worker    POST /workers/poll, /workers/heartbeat, /workers/ack,
-//	          /workers/ack/batch, /workers/nack
+//	          /workers/ack/batch, /workers/nack, /workers/release
 //	admin     everything: the above, queue create/update/pause/resume/delete, the
 //	          dead-letter queue, GET /workers, /metrics, /admin (dashboard), /tokens
 //	(anyone)  GET /healthz, GET /readyz, the dashboard's sign-in page and static assets

@@ -99,6 +99,10 @@ var matrixCases = map[string]routeCase{
 		id, lease := f.lease("lq")
 		return request{path: "/workers/nack", body: map[string]any{"worker_id": "fixture", "task_id": id, "lease_token": lease, "error": "x"}}
 	}},
+	"POST /workers/release": {worker, 200, func(f fixtures) request {
+		id, lease := f.lease("lq")
+		return request{path: "/workers/release", body: map[string]any{"worker_id": "fixture", "task_id": id, "lease_token": lease}}
+	}},
 	"GET /workers": {admin, 200, get("/workers")},
 
 	"POST /tokens": {admin, 201, post("/tokens", map[string]any{"role": "producer", "name": "matrix"})},

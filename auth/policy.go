@@ -68,6 +68,7 @@ var rules = map[string]Rule{
 	"POST /workers/ack":       {Role: RoleWorker},
 	"POST /workers/ack/batch": {Role: RoleWorker},
 	"POST /workers/nack":      {Role: RoleWorker},
+	"POST /workers/release":   {Role: RoleWorker},
 	"GET /workers":            {Role: RoleAdmin},
 
 	"POST /tokens":       {Role: RoleAdmin},

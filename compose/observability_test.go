@@ -32,7 +32,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	s.CreateQueue("q", map[string]any{"max_retries": 1, "backoff_base_ms": 0, "backoff_max_ms": 0, "rate_limit": 1000})
 	s.CreateQueue("held", map[string]any{"paused": true})
 	s.Poll("w", []string{"held"}, 1, 0) // a limited poll
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 4; i++ {
 		s.Enqueue("q", map[string]any{"payload": i})
 	}
 	poll := func() testserver.Polled {
@@ -45,7 +45,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	s.Ack("w", poll())
 	s.Nack("w", poll(), "retry me", nil)
 	s.Nack("w", poll(), "dead", map[string]any{"retryable": false})
-	poll() // the retried task: left to expire, so the watchdog reclaims it
+	s.Release("w", poll(), "stopping")
+	poll() // left to expire, so the watchdog reclaims it
 	families := map[string]bool{}
 	testserver.Eventually(t, 10*time.Second, "a reclaim counted", func() bool {
 		parser := expfmt.NewTextParser(model.UTF8Validation)

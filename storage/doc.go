@@ -15,6 +15,7 @@
 //	   │             retry ◄──Nack(retryable)/ReclaimExpired (budget left)
 //	   │               │                                 └──Nack(permanent)/budget spent──► dead
 //	   │               └──DispatchDue (backoff elapsed)──► claimed
+//	   ├── Release (a stopping worker; budget not spent) ◄── executing
 //	   └── Replay (a new task) ◄── dead
 //	pending|claimed|retry ──Cancel──► cancelled;  executing ──Cancel──► cancel_requested
 //

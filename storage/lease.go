@@ -209,6 +209,22 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 	return t, nil
 }
 
+// Release ends the current attempt as released and puts the task back in line
+// (pending, keeping its place) without spending its retry budget; a task with a
+// cancel requested is cancelled instead. It returns ErrLeaseLost, changing nothing,
+// unless the token is the current, unexpired lease.
+func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
+	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, r.Reason)
+	t, err := one[Task](rows, err, ErrLeaseLost)
+	if err == nil {
+		err = s.open(&t)
+	}
+	if err != nil {
+		return Task{}, fmt.Errorf("release task %s: %w", r.TaskID, err)
+	}
+	return t, nil
+}
+
 // ReclaimExpired ends up to limit attempts whose lease expired (abandoned) or whose
 // deadline passed (timed_out), retrying or dead-lettering their tasks.
 func (s *Store) ReclaimExpired(ctx context.Context, limit int) ([]Reclaimed, error) {

@@ -38,14 +38,14 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, traceparent, created_at, updated_at, finished_at`
+	attempt_started_at, traceparent, releases, created_at, updated_at, finished_at`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
-	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.created_at,
-	t.updated_at, t.finished_at`
+	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
+	t.created_at, t.updated_at, t.finished_at`
 
 // insertTasks inserts a batch in input order. A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
@@ -103,11 +103,12 @@ const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
 
 const queueDepth = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status`
 
-// queueRates: over the window ($2 ms) of finished attempts.
+// queueRates: over the window ($2 ms) of finished attempts. Cancelled and released
+// attempts are neither successes nor failures: the error rate leaves them out.
 const queueRates = `SELECT
 	count(*) FILTER (WHERE status = 'succeeded'),
 	count(*) FILTER (WHERE status IN ('failed', 'abandoned', 'timed_out')),
-	count(*) FILTER (WHERE status <> 'cancelled'),
+	count(*) FILTER (WHERE status NOT IN ('cancelled', 'released')),
 	(SELECT extract(epoch FROM now() - min(scheduled_at))::float8 FROM tasks
 		WHERE queue = $1 AND status IN ('pending', 'claimed', 'retry') AND scheduled_at <= now())
 FROM attempts
@@ -228,7 +229,7 @@ const backoffMs = `least(q.backoff_base_ms * power(2::float8, t.attempts - 1)
 const nackTask = `WITH cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
-			WHEN NOT $4 OR t.attempts > t.max_retries THEN 'dead'
+			WHEN NOT $4 OR t.attempts - t.releases > t.max_retries THEN 'dead'
 			ELSE 'retry' END AS next_status,
 		now() + coalesce($5::float8, ` + backoffMs + `) * interval '1 millisecond' AS retry_at
 	FROM tasks t JOIN queues q ON q.name = t.queue
@@ -248,6 +249,28 @@ const nackTask = `WITH cur AS (
 )
 SELECT ` + taskColumns + ` FROM nacked`
 
+// releaseTask ends the current attempt as released, not counted against the retry
+// budget, and puts the task back in line where it was (pending, its scheduled_at
+// unchanged, so it keeps its place), or cancels it when a cancel was requested.
+const releaseTask = `WITH cur AS (
+	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
+	FROM tasks t
+	WHERE ` + leaseHeld + `
+	FOR UPDATE OF t
+), released AS (
+	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = now(),
+		lease_expires_at = NULL, deadline_at = NULL,
+		releases = t.releases + CASE WHEN cur.next_status = 'pending' THEN 1 ELSE 0 END,
+		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE now() END
+	FROM cur WHERE t.id = cur.id
+	RETURNING ` + taskColumnsOf + `
+), recorded AS (
+	UPDATE attempts a SET finished_at = now(), error = $4,
+		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
+	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
+)
+SELECT ` + taskColumns + ` FROM released`
+
 // reclaimExpired ends up to $1 attempts whose lease (which never outlives the
 // attempt's deadline) has expired: timed_out when the deadline passed, abandoned
 // otherwise, cancelled when a cancel was requested. The task retries while budget
@@ -255,7 +278,7 @@ SELECT ` + taskColumns + ` FROM nacked`
 const reclaimExpired = `WITH cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
-			WHEN t.attempts > t.max_retries THEN 'dead'
+			WHEN t.attempts - t.releases > t.max_retries THEN 'dead'
 			ELSE 'retry' END AS next_status,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
 			WHEN t.deadline_at <= now() THEN 'timed_out'

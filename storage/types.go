@@ -31,6 +31,8 @@ const (
 	AttemptAbandoned = "abandoned"
 	AttemptTimedOut  = "timed_out"
 	AttemptCancelled = "cancelled"
+	// AttemptReleased: a stopping worker handed the task back; not a failure.
+	AttemptReleased = "released"
 )
 
 // Sentinel errors. Callers test them with errors.Is.
@@ -100,10 +102,13 @@ type Task struct {
 	// AttemptStartedAt is when the current (or last) attempt started.
 	AttemptStartedAt *time.Time `json:"-" db:"attempt_started_at"`
 	// Traceparent is the W3C trace context of the enqueue, if the producer sent one.
-	Traceparent *string    `json:"-" db:"traceparent"`
-	CreatedAt   time.Time  `json:"created_at" db:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at" db:"updated_at"`
-	FinishedAt  *time.Time `json:"finished_at" db:"finished_at"`
+	Traceparent *string `json:"-" db:"traceparent"`
+	// Releases counts attempts a stopping worker handed back (POST /workers/release);
+	// they do not count against the retry budget, which is Attempts - Releases.
+	Releases   int        `json:"releases" db:"releases"`
+	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at" db:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -168,6 +173,14 @@ type Nack struct {
 	Error        string
 	Retryable    bool
 	RetryAfterMs *int64 // overrides the queue's backoff when set
+}
+
+// Release describes a stopping worker handing back a task it will not finish.
+type Release struct {
+	TaskID     uuid.UUID
+	LeaseToken uuid.UUID
+	WorkerID   string
+	Reason     string
 }
 
 // Lease is the state of a held lease after a heartbeat.

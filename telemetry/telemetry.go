@@ -34,6 +34,7 @@ type Telemetry struct {
 	enqueued        *prometheus.CounterVec
 	completed       *prometheus.CounterVec
 	retries         *prometheus.CounterVec
+	releases        *prometheus.CounterVec
 	dispatched      *prometheus.CounterVec
 	reclaims        *prometheus.CounterVec
 	limitedPolls    *prometheus.CounterVec
@@ -60,6 +61,8 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "Tasks that reached a terminal status (done, dead, cancelled)."}, []string{"queue", "status"})
 	t.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_task_retries_total",
 		Help: "Failed attempts followed by a retry."}, []string{"queue"})
+	t.releases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_task_releases_total",
+		Help: "Attempts a stopping worker handed back; they do not spend the retry budget."}, []string{"queue"})
 	t.dispatched = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_tasks_dispatched_total",
 		Help: "Tasks mirrored into the Redis buffer."}, []string{"queue"})
 	t.reclaims = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_watchdog_reclaims_total",
@@ -76,7 +79,7 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "code"})
 	t.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_http_request_duration_seconds",
 		Help: "HTTP request duration by route (poll includes its long-poll wait).", Buckets: latencyBuckets}, []string{"route", "method"})
-	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.dispatched, t.reclaims,
+	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
 		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.httpRequests, t.httpDuration} {
 		f(c)
 	}
@@ -113,8 +116,11 @@ func (t *Telemetry) Transition(tr Transition) {
 	}
 	switch tr.To {
 	case "pending":
-		if tr.From == "" {
+		switch tr.From {
+		case "":
 			t.enqueued.WithLabelValues(tr.Queue).Inc()
+		case "executing":
+			t.releases.WithLabelValues(tr.Queue).Inc()
 		}
 	case "claimed":
 		t.dispatched.WithLabelValues(tr.Queue).Inc()

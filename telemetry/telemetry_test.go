@@ -93,7 +93,7 @@ func TestMetricDeltasAndTransitionLogsAcrossTwoReplicas(t *testing.T) {
 	beforeA, beforeB := scrape(t, a), scrape(t, b)
 
 	// Every transition: done first time, retried then done, dead, cancelled while
-	// waiting, abandoned then done, and a replay of the dead one.
+	// waiting, abandoned then done, a replay of the dead one, and released then done.
 	t1 := a.Enqueue("q", map[string]any{"payload": 1, "priority": 1})
 	p := poll(t, a, "wa")
 	if p.ID != t1.ID {
@@ -129,22 +129,32 @@ func TestMetricDeltasAndTransitionLogsAcrossTwoReplicas(t *testing.T) {
 	p = poll(t, a, "wa")
 	a.Ack("wa", p)
 
+	t6 := a.Enqueue("q", map[string]any{"payload": 6}) // released by a stopping worker, then done
+	p = poll(t, b, "wb")
+	if p.ID != t6.ID {
+		t.Fatalf("polled %s, want %s", p.ID, t6.ID)
+	}
+	b.Release("wb", p, "stopping")
+	p = poll(t, a, "wa")
+	a.Ack("wa", p)
+
 	var afterA, afterB map[string]float64
 	testserver.Eventually(t, 10*time.Second, "gauges caught up", func() bool {
 		afterA, afterB = scrape(t, a), scrape(t, b)
-		return afterA[`taskforge_queue_depth{queue=q,status=done}`] == 4 && afterB[`taskforge_queue_depth{queue=q,status=done}`] == 4
+		return afterA[`taskforge_queue_depth{queue=q,status=done}`] == 5 && afterB[`taskforge_queue_depth{queue=q,status=done}`] == 5
 	})
 	counters := map[string]float64{
-		`taskforge_tasks_enqueued_total{queue=q}`:                                6,
-		`taskforge_tasks_dispatched_total{queue=q}`:                              7,
-		`taskforge_tasks_completed_total{queue=q,status=done}`:                   4,
+		`taskforge_tasks_enqueued_total{queue=q}`:                                7,
+		`taskforge_tasks_dispatched_total{queue=q}`:                              9,
+		`taskforge_tasks_completed_total{queue=q,status=done}`:                   5,
 		`taskforge_tasks_completed_total{queue=q,status=dead}`:                   1,
 		`taskforge_tasks_completed_total{queue=q,status=cancelled}`:              1,
 		`taskforge_task_retries_total{queue=q}`:                                  2,
+		`taskforge_task_releases_total{queue=q}`:                                 1,
 		`taskforge_watchdog_reclaims_total{queue=q,reason=abandoned}`:            1,
-		`taskforge_task_execution_duration_seconds_count{queue=q}`:               7,
-		`taskforge_dispatch_latency_seconds_count{queue=q}`:                      7,
-		`taskforge_http_requests_total{code=200,method=POST,route=/workers/ack}`: 4,
+		`taskforge_task_execution_duration_seconds_count{queue=q}`:               9,
+		`taskforge_dispatch_latency_seconds_count{queue=q}`:                      9,
+		`taskforge_http_requests_total{code=200,method=POST,route=/workers/ack}`: 5,
 	}
 	for key, want := range counters {
 		if got := sum(key, afterA, afterB) - sum(key, beforeA, beforeB); got != want {
@@ -153,7 +163,7 @@ func TestMetricDeltasAndTransitionLogsAcrossTwoReplicas(t *testing.T) {
 	}
 	for _, scr := range []map[string]float64{afterA, afterB} { // gauges agree on every replica
 		gauges := map[string]float64{
-			`taskforge_queue_depth{queue=q,status=done}`:      4,
+			`taskforge_queue_depth{queue=q,status=done}`:      5,
 			`taskforge_queue_depth{queue=q,status=dead}`:      1,
 			`taskforge_queue_depth{queue=q,status=cancelled}`: 1,
 			`taskforge_queue_depth{queue=q,status=pending}`:   0,

@@ -38,6 +38,7 @@ type Task struct {
 	ReplayedFrom    *string         `json:"replayed_from"`
 	ReplayCount     int             `json:"replay_count"`
 	ReplayedAt      *time.Time      `json:"replayed_at"`
+	Releases        int             `json:"releases"`
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      *time.Time      `json:"finished_at"`
@@ -105,6 +106,12 @@ func (in *Instance) Nack(workerID string, p Polled, errText string, extra map[st
 		body[k] = v
 	}
 	return in.Do("POST", "/workers/nack", body)
+}
+
+// Release hands p back as workerID, giving reason, and returns the response.
+func (in *Instance) Release(workerID string, p Polled, reason string) Response {
+	return in.Do("POST", "/workers/release", map[string]any{
+		"worker_id": workerID, "task_id": p.ID, "lease_token": p.LeaseToken, "reason": reason})
 }
 
 // Heartbeat extends p's lease as workerID and returns the response.
