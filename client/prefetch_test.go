@@ -275,7 +275,7 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			switch {
 			case tc.releaseEarly && (len(h) != 1 || h[0].WorkerID != "w-a"):
 				t.Fatalf("attempts %+v, want one by the stopping worker", h)
-			case !tc.releaseEarly && (len(h) != 2 || h[0].Status != client.AttemptFailed ||
+			case !tc.releaseEarly && (len(h) != 2 || h[0].Status != client.AttemptReleased ||
 				!strings.Contains(*h[0].Error, "before the prefetched task started") || h[1].WorkerID != "w-b"):
 				t.Fatalf("attempts %+v, want one handed back unstarted, then one by w-b", h)
 			}

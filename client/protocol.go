@@ -238,6 +238,28 @@ func (c *Client) Nack(ctx context.Context, r NackRequest) (*Task, error) {
 	return &out, nil
 }
 
+// ReleaseRequest hands back a task the worker will not finish (POST /workers/release).
+type ReleaseRequest struct {
+	WorkerID   string
+	TaskID     string
+	LeaseToken string
+	Reason     string // recorded on the attempt and as the task's last_error
+}
+
+// Release ends the attempt as released and returns the task: pending again, in its
+// old place in line, with its retry budget untouched (or cancelled when a cancel
+// was requested). A Worker calls it for the tasks it cannot finish when it stops.
+// It fails with ErrLeaseLost when the lease is no longer held, and with
+// ErrNotFound from a server older than the release endpoint.
+func (c *Client) Release(ctx context.Context, r ReleaseRequest) (*Task, error) {
+	body := map[string]any{"worker_id": r.WorkerID, "task_id": r.TaskID, "lease_token": r.LeaseToken, "reason": r.Reason}
+	var out Task
+	if _, _, err := c.do(ctx, http.MethodPost, "/workers/release", nil, body, &out); err != nil {
+		return nil, fmt.Errorf("release task %s: %w", r.TaskID, err)
+	}
+	return &out, nil
+}
+
 // ListWorkers returns every worker the server has seen; Stale marks those silent
 // for over three heartbeat intervals.
 func (c *Client) ListWorkers(ctx context.Context) ([]WorkerInfo, error) {

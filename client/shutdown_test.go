@@ -5,6 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,14 +20,14 @@ import (
 )
 
 // TestWorkerShutdownHandsBackTasks: a worker told to stop lets a handler that
-// finishes within the grace period ack, then hands the others back with a
-// zero-delay nack, so that another worker runs them at once, long before their
-// 30 s leases would have expired.
+// finishes within the grace period ack, then releases the others, so that another
+// worker runs them at once, long before their 30 s leases would have expired. The
+// queue allows no retries: a hand-back that spent the budget would dead-letter them.
 func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 	t.Parallel()
 	_, c := setup(t, func(cfg *server.Config) { cfg.LeaseTimeout = 30 * time.Second })
 	ctx := context.Background()
-	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{MaxRetries: new(0)}))
 
 	const grace = 500 * time.Millisecond
 	stopping := make(chan struct{}) // closed when the test stops worker A
@@ -100,8 +104,8 @@ func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 	for _, kind := range []string{"polite", "stubborn"} {
 		got := waitTask(t, c, "q", ids[kind], 5*time.Second, kind+" task done by B", status(client.StatusDone))
 		h := got.AttemptHistory
-		if len(h) != 2 || h[0].WorkerID != "worker-a" || h[0].Status != client.AttemptFailed ||
-			!strings.Contains(*h[0].Error, "shut down") || h[1].WorkerID != "worker-b" {
+		if len(h) != 2 || h[0].WorkerID != "worker-a" || h[0].Status != client.AttemptReleased ||
+			!strings.Contains(*h[0].Error, "shut down") || h[1].WorkerID != "worker-b" || got.Releases != 1 {
 			t.Fatalf("%s task attempts %+v", kind, h)
 		}
 		mu2.Lock()
@@ -116,6 +120,64 @@ func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 	defer mu.Unlock()
 	if cause := causes[ids["polite"]]; !errors.Is(cause, client.ErrWorkerStopping) {
 		t.Errorf("polite handler's context cause %v, want ErrWorkerStopping", cause)
+	}
+}
+
+// TestWorkerShutdownOnOlderServerNacks: against a server without
+// /workers/release (404), a stopping worker hands its task back with a zero-delay
+// nack, as workers did before the endpoint existed: the task retries at once.
+func TestWorkerShutdownOnOlderServerNacks(t *testing.T) {
+	t.Parallel()
+	s, direct := setup(t, func(cfg *server.Config) { cfg.LeaseTimeout = 2 * time.Minute })
+	ctx := context.Background()
+	must[*client.Queue](t)(direct.CreateQueue(ctx, "q", client.QueueSettings{}))
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var refused atomic.Int64
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/workers/release" {
+			refused.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(old.Close)
+	c, err := client.New(old.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(chan struct{}, 1)
+	a := client.NewWorker(c, client.WorkerConfig{ID: "worker-a", Concurrency: 1, ShutdownGrace: 100 * time.Millisecond,
+		PollWait: time.Second, Logger: logger()})
+	a.Handle("q", func(ctx context.Context, _ *client.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	ra := start(t, a)
+	id := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: "x"})).ID
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+	ra.cancel()
+	if _, err := ra.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := waitTask(t, direct, "q", id, 10*time.Second, "the task handed back", func(task *client.Task) bool {
+		h := task.AttemptHistory
+		return len(h) == 1 && h[0].Status != client.AttemptExecuting
+	})
+	if h := got.AttemptHistory; len(h) != 1 || h[0].Status != client.AttemptFailed ||
+		!strings.Contains(*h[0].Error, "shut down") || got.Releases != 0 || refused.Load() != 1 {
+		t.Fatalf("attempts %+v, releases %d, release calls refused %d: want one failed attempt by a nack after one refused release",
+			h, got.Releases, refused.Load())
 	}
 }
 

@@ -24,6 +24,8 @@ const (
 	AttemptAbandoned = "abandoned"
 	AttemptTimedOut  = "timed_out"
 	AttemptCancelled = "cancelled"
+	// AttemptReleased: a stopping worker handed the task back (Client.Release).
+	AttemptReleased = "released"
 )
 
 // MaxBatch is the most tasks one EnqueueBatch or ReplayDeadTasks call may carry.
@@ -68,11 +70,14 @@ type Task struct {
 	ReplayedFrom    *string         `json:"replayed_from"`
 	ReplayCount     int             `json:"replay_count"`
 	ReplayedAt      *time.Time      `json:"replayed_at"`
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
-	FinishedAt      *time.Time      `json:"finished_at"`
-	DiedAt          *time.Time      `json:"died_at,omitempty"`
-	AttemptHistory  []Attempt       `json:"attempt_history,omitempty"`
+	// Releases counts attempts handed back by stopping workers; they do not spend
+	// the retry budget, so a task runs at most MaxRetries + 1 + Releases times.
+	Releases       int        `json:"releases"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	DiedAt         *time.Time `json:"died_at,omitempty"`
+	AttemptHistory []Attempt  `json:"attempt_history,omitempty"`
 }
 
 // Attempt is one execution of a task, as attempt_history reports it.

@@ -145,9 +145,10 @@ func (w *Worker) Handle(queue string, h HandlerFunc) {
 // Run polls and runs tasks until ctx is cancelled, then shuts down gracefully: it
 // stops polling, waits up to ShutdownGrace for running handlers (and the tasks it
 // prefetched) to finish and report, then cancels the handlers still running (cause
-// ErrWorkerStopping) and nacks their tasks, and the prefetched tasks not started,
-// as retryable with no delay, so that another worker takes them at once. (That nack
-// counts as a failed attempt against the task's retry budget.)
+// ErrWorkerStopping) and releases their tasks, and the prefetched tasks not
+// started, so that another worker takes them at once (Client.Release: the attempt
+// is recorded as released and does not spend the task's retry budget; a server
+// without the release endpoint gets a retryable nack with no delay instead).
 // Run returns nil after a shutdown, even if some handler ignores its context; it
 // returns an error when no handler is registered, when it is already running, or
 // when the server rejects the worker's poll as invalid.
@@ -777,10 +778,13 @@ func (r *runner) shutdown() {
 			if unstarted[j] {
 				why = "before the prefetched task started"
 			}
-			r.send(j, log, "release nack", func(ctx context.Context) error {
-				_, err := r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
-					Error:      fmt.Sprintf("worker %s shut down %s; handed back for another worker", r.cfg.ID, why),
-					RetryAfter: &zero})
+			reason := fmt.Sprintf("worker %s shut down %s; handed back for another worker", r.cfg.ID, why)
+			r.send(j, log, "release", func(ctx context.Context) error {
+				_, err := r.c.Release(ctx, ReleaseRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken, Reason: reason})
+				if errors.Is(err, ErrNotFound) { // a server older than /workers/release
+					_, err = r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+						Error: reason, RetryAfter: &zero})
+				}
 				return err
 			})
 			r.done(j)
