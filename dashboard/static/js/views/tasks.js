@@ -124,7 +124,7 @@ export function tasks() {
       h('td', null, link),
       h('td', null, badge(t.status), t.cancel_requested ? badge('cancel_requested', 'cancelling') : null),
       h('td', { class: 'num', text: t.priority }),
-      h('td', { class: 'num', text: `${t.attempts} / ${t.max_retries + 1}` }),
+      h('td', { class: 'num', text: `${t.attempts} / ${runsAllowed(t)}` }),
       h('td', { class: 'mono clip clip-short', text: t.claimed_by || '—', title: t.claimed_by || '' }),
       h('td', { text: fmt.time(t.created_at), title: fmt.exact(t.created_at) }),
       h('td', { text: fmt.ago(t.updated_at), title: fmt.exact(t.updated_at) }),
@@ -196,7 +196,7 @@ export function tasks() {
     const kv = [
       ['Queue', h('a', { href: hashLink('tasks', { queue: t.queue }), text: t.queue })],
       ['Priority', String(t.priority)],
-      ['Attempts', `${t.attempts} of at most ${t.max_retries + 1}`],
+      ['Attempts', `${t.attempts} of at most ${runsAllowed(t)}` + (t.releases ? ` (${t.releases} handed back by stopping workers, not counted)` : '')],
       ['Scheduled', timeCell(t.scheduled_at)],
       ['Created', timeCell(t.created_at)],
       ['Updated', timeCell(t.updated_at)],
@@ -308,6 +308,10 @@ function timeCell(iso) {
   if (!iso) return '—';
   return h('time', { datetime: iso, title: fmt.exact(iso), text: `${fmt.time(iso)} (${fmt.ago(iso)})` });
 }
+
+/** runsAllowed is how many attempts the task may have: its retry budget plus the
+ * attempts stopping workers released, which do not spend it. */
+function runsAllowed(t) { return t.max_retries + 1 + (t.releases || 0); }
 
 /** timeline shows attempts oldest first: outcome, worker, times, error. */
 export function timeline(history) {
