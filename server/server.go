@@ -39,6 +39,9 @@ type Config struct {
 	DatabaseURL string // required
 	RedisURL    string // required unless Redis is given
 	Listen      string // defaults to ":8080"
+	// RedisCluster makes RedisURL name the seed nodes of a Redis Cluster
+	// (redis://host:port?addr=host2:port&addr=host3:port) rather than one server.
+	RedisCluster bool
 	// Redis, when set, is used instead of dialling RedisURL (the embedded dev mode).
 	Redis redis.UniversalClient
 
@@ -139,12 +142,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, pool: pool, rdb: cfg.Redis}
 	if s.rdb == nil {
-		opts, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
+		if s.rdb, err = dialRedis(cfg); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+			return nil, err
 		}
-		s.rdb = redis.NewClient(opts)
 		s.ownsRedis = true
 	}
 	if !cfg.NoMigrate {
@@ -212,18 +213,48 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// checkEvictionPolicy warns unless Redis refuses to evict keys: evicted buffer
-// entries heal, but evicted rate-limit state would not.
-func (s *Server) checkEvictionPolicy(ctx context.Context) {
-	policy, err := s.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+// dialRedis returns a client for cfg.RedisURL: one server, or with RedisCluster a
+// cluster client seeded by the URL's addresses. Every key of a queue carries the
+// hash tag {q:<name>}, so each script's keys live in one slot.
+func dialRedis(cfg Config) (redis.UniversalClient, error) {
+	if cfg.RedisCluster {
+		opts, err := redis.ParseClusterURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse REDIS_URL as Redis Cluster seeds: %w", err)
+		}
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
-		s.log.Warn("could not read Redis maxmemory-policy; make sure it is noeviction", "err", err)
+		return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opts), nil
+}
+
+// checkEvictionPolicy warns unless Redis refuses to evict keys: evicted buffer
+// entries heal, but evicted rate-limit state would not. On a cluster it asks
+// every master, since each holds some queues' keys.
+func (s *Server) checkEvictionPolicy(ctx context.Context) {
+	check := func(ctx context.Context, c redis.Cmdable, node string) error {
+		policy, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			s.log.Warn("could not read Redis maxmemory-policy; make sure it is noeviction", "node", node, "err", err)
+			return nil
+		}
+		if p := policy["maxmemory-policy"]; p != "noeviction" {
+			s.log.Warn("Redis maxmemory-policy is not noeviction: Redis may evict TaskForge's keys under memory pressure; set maxmemory-policy noeviction",
+				"node", node, "maxmemory-policy", p)
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c, c.Options().Addr) })
+		if err != nil {
+			s.log.Warn("could not reach every Redis Cluster master to read maxmemory-policy", "err", err)
+		}
 		return
 	}
-	if p := policy["maxmemory-policy"]; p != "noeviction" {
-		s.log.Warn("Redis maxmemory-policy is not noeviction: Redis may evict TaskForge's keys under memory pressure; set maxmemory-policy noeviction",
-			"maxmemory-policy", p)
-	}
+	_ = check(ctx, s.rdb, "")
 }
 
 // Close releases the database pool and the Redis client (when New opened it).

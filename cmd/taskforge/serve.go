@@ -50,10 +50,25 @@ func (f *serverFlags) durationVar(fs *pflag.FlagSet, p *time.Duration, flag, env
 	fs.DurationVar(p, flag, d, usage+" ($"+env+")")
 }
 
+// boolVar registers a bool flag defaulting to $env (or false).
+func (f *serverFlags) boolVar(fs *pflag.FlagSet, p *bool, flag, env, usage string) {
+	var b bool
+	if v, ok := os.LookupEnv(env); ok {
+		parsed, err := strconv.ParseBool(v)
+		if err != nil {
+			f.envErrs = append(f.envErrs, fmt.Errorf("$%s: %w", env, err))
+		}
+		b = parsed
+	}
+	fs.BoolVar(p, flag, b, usage+" ($"+env+")")
+}
+
 func (f *serverFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&c.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
 	fs.StringVar(&c.RedisURL, "redis-url", envOr("REDIS_URL", ""), "Redis URL ($REDIS_URL)")
+	f.boolVar(fs, &c.RedisCluster, "redis-cluster", "TASKFORGE_REDIS_CLUSTER",
+		"the Redis URL names Redis Cluster seed nodes: redis://host:port?addr=host2:port&addr=host3:port")
 	fs.StringVar(&c.Listen, "listen", envOr("TASKFORGE_LISTEN", ":8080"), "HTTP listen address ($TASKFORGE_LISTEN)")
 	f.durationVar(fs, &c.LeaseTimeout, "lease-timeout", "TASKFORGE_LEASE_TIMEOUT", 30*time.Second, "lease granted by a poll or heartbeat")
 	f.durationVar(fs, &c.HeartbeatInterval, "heartbeat-interval", "TASKFORGE_HEARTBEAT_INTERVAL", 10*time.Second, "heartbeat interval advertised to workers")

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -24,9 +25,10 @@ type RedisServer struct {
 	// Restart.
 	Addr string
 
-	bin  string
-	dir  string // holds the log; redis writes nothing else there
-	port int
+	bin   string
+	dir   string // holds the log (and a cluster node's nodes.conf)
+	port  int
+	extra []string // more redis-server arguments
 
 	mu      sync.Mutex
 	pid     int // 0 when not running
@@ -46,6 +48,16 @@ func StartRedisServer(t testing.TB) *RedisServer {
 	}
 	t.Cleanup(r.stop)
 	return r
+}
+
+// Flush empties the server (FLUSHALL).
+func (r *RedisServer) Flush(t testing.TB) {
+	t.Helper()
+	c := newRedisClient(r.Addr, opTimeout)
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("testenv: FLUSHALL on %s: %v", r.Addr, err)
+	}
 }
 
 // Kill SIGKILLs the server and waits for it to die. Killing a server that is
@@ -81,8 +93,8 @@ func (r *RedisServer) Restart(t testing.TB) {
 	}
 }
 
-// startRedis starts a redis-server on a free port.
-func startRedis() (*RedisServer, error) {
+// startRedis starts a redis-server on a free port, with extra arguments.
+func startRedis(extra ...string) (*RedisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errNoRedis
@@ -91,7 +103,7 @@ func startRedis() (*RedisServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
-	r := &RedisServer{bin: bin, dir: dir}
+	r := &RedisServer{bin: bin, dir: dir, extra: extra}
 	for attempt := 1; ; attempt++ {
 		if r.port, err = freePort(); err != nil {
 			break
@@ -127,7 +139,7 @@ func (r *RedisServer) launch() error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(r.bin,
+	cmd := exec.Command(r.bin, append([]string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -135,7 +147,7 @@ func (r *RedisServer) launch() error {
 		"--dir", r.dir,
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	}, r.extra...)...)
 	cmd.Dir = r.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Own process group (a Ctrl-C of go test is not ours to forward), and

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestServeFlagsFromEnvironment: settings come from their variables, a flag
+// overrides its variable, and a variable that does not parse is reported (serve
+// then exits 2) instead of being read as its zero value.
+func TestServeFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("TASKFORGE_REDIS_CLUSTER", "true")
+	t.Setenv("TASKFORGE_LEASE_TIMEOUT", "45s")
+	var f serverFlags
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	f.register(fs)
+	if len(f.envErrs) != 0 || !f.cfg.RedisCluster || f.cfg.LeaseTimeout.String() != "45s" {
+		t.Fatalf("from the environment: cluster %v, lease %s, errors %v", f.cfg.RedisCluster, f.cfg.LeaseTimeout, f.envErrs)
+	}
+	if err := fs.Parse([]string{"--redis-cluster=false"}); err != nil || f.cfg.RedisCluster {
+		t.Fatalf("--redis-cluster=false over $TASKFORGE_REDIS_CLUSTER=true: %v, cluster %v", err, f.cfg.RedisCluster)
+	}
+
+	t.Setenv("TASKFORGE_REDIS_CLUSTER", "maybe")
+	var bad serverFlags
+	bad.register(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	if len(bad.envErrs) != 1 || !strings.Contains(bad.envErrs[0].Error(), "$TASKFORGE_REDIS_CLUSTER") {
+		t.Fatalf("errors %v, want one naming $TASKFORGE_REDIS_CLUSTER", bad.envErrs)
+	}
+}
