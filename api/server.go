@@ -49,6 +49,9 @@ type Config struct {
 	// Auth, when set, authenticates and authorizes every request (see package auth);
 	// it runs after the cross-origin guard. Nil leaves the API open.
 	Auth gin.HandlerFunc
+	// Audit, when set, runs after Auth on every request (package audit records the
+	// operator actions among them).
+	Audit gin.HandlerFunc
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -110,6 +113,9 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.Use(s.cfg.Telemetry.Middleware(), gin.CustomRecovery(logRecovered(log)), guard)
 	if s.cfg.Auth != nil {
 		e.Use(s.cfg.Auth)
+	}
+	if s.cfg.Audit != nil {
+		e.Use(s.cfg.Audit)
 	}
 	e.NoRoute(func(c *gin.Context) {
 		s.fail(c, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route"})

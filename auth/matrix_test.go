@@ -104,6 +104,7 @@ var matrixCases = map[string]routeCase{
 		return request{path: "/workers/release", body: map[string]any{"worker_id": "fixture", "task_id": id, "lease_token": lease}}
 	}},
 	"GET /workers": {admin, 200, get("/workers")},
+	"GET /audit":   {admin, 200, get("/audit")},
 
 	"POST /tokens": {admin, 201, post("/tokens", map[string]any{"role": "producer", "name": "matrix"})},
 	"GET /tokens":  {admin, 200, get("/tokens")},

@@ -35,6 +35,9 @@ type Rule struct {
 	// Page: a browser page; without credentials it redirects to the sign-in page
 	// instead of answering 401.
 	Page bool
+	// Audit: an operator action, recorded in the audit log (package audit) once the
+	// caller is authorized, whatever the outcome.
+	Audit bool
 }
 
 // rules maps "METHOD route-pattern" (gin's FullPath) to what the route requires.
@@ -45,23 +48,23 @@ var rules = map[string]Rule{
 	"GET /readyz":  {Role: Public},
 	"GET /metrics": {Role: RoleAdmin},
 
-	"POST /queues":                      {Role: RoleAdmin},
+	"POST /queues":                      {Role: RoleAdmin, Audit: true},
 	"GET /queues":                       {Role: RoleProducer},
 	"GET /queues/:name":                 {Role: RoleProducer, Queue: true},
-	"PATCH /queues/:name":               {Role: RoleAdmin, Queue: true},
-	"POST /queues/:name/pause":          {Role: RoleAdmin, Queue: true},
-	"POST /queues/:name/resume":         {Role: RoleAdmin, Queue: true},
-	"DELETE /queues/:name":              {Role: RoleAdmin, Queue: true},
+	"PATCH /queues/:name":               {Role: RoleAdmin, Queue: true, Audit: true},
+	"POST /queues/:name/pause":          {Role: RoleAdmin, Queue: true, Audit: true},
+	"POST /queues/:name/resume":         {Role: RoleAdmin, Queue: true, Audit: true},
+	"DELETE /queues/:name":              {Role: RoleAdmin, Queue: true, Audit: true},
 	"GET /queues/:name/stats":           {Role: RoleProducer, Queue: true},
 	"POST /queues/:name/tasks":          {Role: RoleProducer, Queue: true},
 	"GET /queues/:name/tasks":           {Role: RoleProducer, Queue: true},
 	"GET /queues/:name/tasks/:id":       {Role: RoleProducer, Queue: true},
-	"DELETE /queues/:name/tasks/:id":    {Role: RoleProducer, Queue: true},
+	"DELETE /queues/:name/tasks/:id":    {Role: RoleProducer, Queue: true, Audit: true},
 	"POST /queues/:name/tasks/batch":    {Role: RoleProducer, Queue: true},
 	"GET /queues/:name/dlq":             {Role: RoleAdmin, Queue: true},
-	"POST /queues/:name/dlq/replay":     {Role: RoleAdmin, Queue: true},
-	"POST /queues/:name/dlq/:id/replay": {Role: RoleAdmin, Queue: true},
-	"DELETE /queues/:name/dlq/:id":      {Role: RoleAdmin, Queue: true},
+	"POST /queues/:name/dlq/replay":     {Role: RoleAdmin, Queue: true, Audit: true},
+	"POST /queues/:name/dlq/:id/replay": {Role: RoleAdmin, Queue: true, Audit: true},
+	"DELETE /queues/:name/dlq/:id":      {Role: RoleAdmin, Queue: true, Audit: true},
 
 	"POST /workers/poll":      {Role: RoleWorker, PollBody: true},
 	"POST /workers/heartbeat": {Role: RoleWorker},
@@ -70,10 +73,11 @@ var rules = map[string]Rule{
 	"POST /workers/nack":      {Role: RoleWorker},
 	"POST /workers/release":   {Role: RoleWorker},
 	"GET /workers":            {Role: RoleAdmin},
+	"GET /audit":              {Role: RoleAdmin},
 
-	"POST /tokens":       {Role: RoleAdmin},
+	"POST /tokens":       {Role: RoleAdmin, Audit: true},
 	"GET /tokens":        {Role: RoleAdmin},
-	"DELETE /tokens/:id": {Role: RoleAdmin},
+	"DELETE /tokens/:id": {Role: RoleAdmin, Audit: true},
 
 	"GET /admin":                      {Role: Public}, // a redirect to /admin/
 	"GET /admin/":                     {Role: RoleAdmin, Page: true},

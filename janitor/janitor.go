@@ -18,6 +18,8 @@ type Config struct {
 	Retention time.Duration
 	// Interval is the pause between sweeps (±10% jitter). Defaults to 1 minute.
 	Interval time.Duration
+	// AuditRetention is how long audit log entries are kept. Defaults to 90 days.
+	AuditRetention time.Duration
 	// BatchSize is the most rows one statement deletes. Defaults to 500.
 	BatchSize int
 	// BatchTimeout bounds each batch's transaction on the server (statement_timeout
@@ -28,9 +30,13 @@ type Config struct {
 // DefaultRetention is the retention age when Config.Retention is zero.
 const DefaultRetention = 7 * 24 * time.Hour
 
+// DefaultAuditRetention is the audit log's retention when Config.AuditRetention is zero.
+const DefaultAuditRetention = 90 * 24 * time.Hour
+
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.AuditRetention = cmp.Or(c.AuditRetention, DefaultAuditRetention)
 	c.Interval = cmp.Or(c.Interval, time.Minute)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, 5*time.Second)
@@ -39,7 +45,7 @@ func (c Config) WithDefaults() Config {
 
 // Batch describes one delete statement the janitor ran.
 type Batch struct {
-	Table    string        // "tasks" or "workers"
+	Table    string        // "tasks", "audit_log" or "workers" (swept last)
 	Queue    string        // the queue swept, for tasks
 	Deleted  int           // rows deleted (a task's attempts are not counted)
 	Duration time.Duration // the whole transaction, as the janitor measured it
@@ -85,8 +91,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 }
 
 // SweepOnce deletes, batch by batch, every done or cancelled task that finished more
-// than Retention ago, then every worker silent for as long. It returns how many
-// rows it deleted (tasks plus workers; attempts, which go with their tasks, are not
+// than Retention ago, then the audit entries older than AuditRetention, then every
+// worker silent for longer than Retention. It returns how many rows it deleted
+// (tasks, audit entries and workers; attempts, which go with their tasks, are not
 // counted) and the first error, which ends the sweep.
 func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 	queues, err := j.store.QueueNames(ctx)
@@ -102,7 +109,14 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 			return deleted, err
 		}
 	}
-	n, err := j.drain(ctx, "workers", "", func() (int64, error) {
+	n, err := j.drain(ctx, "audit_log", "", func() (int64, error) {
+		return j.store.DeleteExpiredAudit(ctx, j.cfg.AuditRetention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+	})
+	deleted += n
+	if err != nil {
+		return deleted, err
+	}
+	n, err = j.drain(ctx, "workers", "", func() (int64, error) {
 		return j.store.DeleteSilentWorkers(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
 	return deleted + n, err

@@ -3,6 +3,7 @@ package janitor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -343,5 +344,46 @@ func TestBatchTimeoutBoundsAStuckBatch(t *testing.T) {
 	}
 	if n, err := j.SweepOnce(ctx); err != nil || n != 10 {
 		t.Errorf("after the lock: deleted %d, %v; want 10, nil", n, err)
+	}
+}
+
+// TestSweepDeletesExpiredAuditEntries: audit entries older than AuditRetention go,
+// in batches, oldest first; younger ones stay, and so do tasks the task retention
+// keeps.
+func TestSweepDeletesExpiredAuditEntries(t *testing.T) {
+	t.Parallel()
+	pool, store := setup(t)
+	ctx := context.Background()
+	for i := range 25 {
+		if err := store.InsertAudit(ctx, storage.AuditEntry{Actor: "alice", Via: "open", RemoteAddr: "127.0.0.1",
+			Method: "PATCH", Route: "/queues/:name", Status: 200, Request: []byte(fmt.Sprintf(`{"i": %d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first 20 are 91 days old: past the default 90-day retention.
+	exec(t, pool, `UPDATE audit_log SET at = now() - interval '91 days' WHERE id <= 20`)
+	insertFinished(t, pool, 5, 10*24*time.Hour, 8*24*time.Hour) // past the 7-day task retention
+	var batches []janitor.Batch
+	j := janitor.New(store, janitor.Config{BatchSize: 8}, quiet)
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Table == "audit_log" {
+			batches = append(batches, b)
+		}
+	}
+	deleted, err := j.SweepOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted != 25 { // 20 entries and 5 tasks
+		t.Errorf("deleted %d rows, want 25", deleted)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM audit_log`); got != 5 {
+		t.Errorf("%d audit entries left, want the 5 young ones", got)
+	}
+	if got := count(t, pool, `SELECT min(id) FROM audit_log`); got != 21 {
+		t.Errorf("oldest entry left is %d, want 21", got)
+	}
+	if len(batches) != 3 || batches[0].Deleted != 8 || batches[2].Deleted != 4 {
+		t.Errorf("audit batches %+v, want 8, 8, 4", batches)
 	}
 }

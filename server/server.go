@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskforge/taskforge/api"
+	"github.com/taskforge/taskforge/audit"
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
@@ -66,6 +67,8 @@ type Config struct {
 	Retention time.Duration
 	// RetentionInterval is the pause between janitor sweeps. Defaults to 1 minute.
 	RetentionInterval time.Duration
+	// AuditRetention is how long audit log entries are kept. Defaults to 90 days.
+	AuditRetention time.Duration
 	// TLSCertFile and TLSKeyFile, when both set, make the API serve HTTPS.
 	TLSCertFile, TLSKeyFile string
 	// EncryptionKeys, when set ("id=base64,id2=base64"; the first seals), encrypts
@@ -181,16 +184,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
 	s.Auth = auth.New(s.Store, cfg.Auth, log.With("component", "auth"))
+	audits := audit.New(s.Store, log.With("component", "audit"))
 	s.API, err = api.New(s.Store, s.Buffer, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
+		Audit: audits.Middleware(),
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	s.Auth.Mount(s.API.Engine())
+	audits.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry},
 		log.With("component", "dispatcher"))
@@ -198,7 +204,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "watchdog"))
 	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
 	s.API.OnLow, s.API.LowWater = func(string) { s.Dispatcher.WakeLow() }, dispatcher.LowWater
-	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval},
+	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
+		AuditRetention: cfg.AuditRetention},
 		log.With("component", "janitor"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
 		s.Dispatcher.Wake() // retries scheduled by the reclaim: plan for them

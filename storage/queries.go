@@ -462,3 +462,21 @@ FOR UPDATE SKIP LOCKED`
 const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb
 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(id, payload, result)
 WHERE t.id = u.id`
+
+// insertAudit records one operator action.
+const insertAudit = `INSERT INTO audit_log (actor, token_id, via, remote_addr, method, route, queue, target, status, request)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// auditColumns are the columns of an AuditEntry.
+const auditColumns = `id, at, actor, token_id, via, remote_addr, method, route, queue, target, status, request`
+
+// listAudit: up to $3 entries newest first, older than id $2 (0 = from the newest),
+// of queue $1 (NULL = all).
+const listAudit = `SELECT ` + auditColumns + ` FROM audit_log
+WHERE ($1::text IS NULL OR queue = $1) AND ($2::bigint = 0 OR id < $2)
+ORDER BY id DESC LIMIT $3`
+
+// deleteExpiredAudit deletes up to $2 entries older than $1 ms, oldest first (ids
+// grow with time, so the primary key finds them without an index on at).
+const deleteExpiredAudit = `DELETE FROM audit_log WHERE id IN (
+	SELECT id FROM audit_log WHERE at < now() - $1 * interval '1 millisecond' ORDER BY id LIMIT $2)`

@@ -44,7 +44,7 @@ type result struct {
 func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(workerCommand(), queueCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand())
+	root.AddCommand(workerCommand(), queueCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand(), auditCommand())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -476,4 +476,30 @@ func TestExitCodeContract(t *testing.T) {
 	if !errors.As(withExitCode(usagef("bad")), &e) || e.code != exitUsage {
 		t.Errorf("a usage error lost its code: %+v", e)
 	}
+}
+
+// TestCLIAudit: `taskforge audit` lists the recorded actions newest first, as a
+// table or JSON, filters by queue, pages with --cursor and refuses a bad --limit.
+func TestCLIAudit(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	e.s.CreateQueue("q", nil)
+	e.s.CreateQueue("other", nil)
+	e.s.Must(200, "PATCH", "/queues/q", map[string]any{"rate_limit": 7})
+
+	r := e.want(0, "audit")
+	contains(t, "audit", r.stdout, "ACTOR", "anonymous", "PATCH /queues/:name", `{"rate_limit":7}`, "POST /queues")
+	var page struct {
+		Entries    []client.AuditEntry `json:"entries"`
+		NextCursor *string             `json:"next_cursor"`
+	}
+	e.json(&page, "audit", "--queue", "q", "--limit", "1")
+	if len(page.Entries) != 1 || page.Entries[0].Method != "PATCH" || page.NextCursor == nil {
+		t.Fatalf("audit --queue q --limit 1 -o json: %+v", page)
+	}
+	e.json(&page, "audit", "--queue", "q", "--limit", "1", "--cursor", *page.NextCursor)
+	if len(page.Entries) != 1 || page.Entries[0].Method != "POST" || page.NextCursor != nil {
+		t.Fatalf("second page: %+v", page)
+	}
+	e.want(exitUsage, "audit", "--limit", "0")
 }

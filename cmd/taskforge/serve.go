@@ -85,6 +85,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
 	f.durationVar(fs, &c.Retention, "retention", "TASKFORGE_RETENTION", 7*24*time.Hour, "how long done and cancelled tasks are kept")
 	f.durationVar(fs, &c.RetentionInterval, "retention-interval", "TASKFORGE_RETENTION_INTERVAL", time.Minute, "pause between retention sweeps")
+	f.durationVar(fs, &c.AuditRetention, "audit-retention", "TASKFORGE_AUDIT_RETENTION", 90*24*time.Hour, "how long audit log entries are kept")
 	fs.StringVar(&c.TLSCertFile, "tls-cert", envOr("TASKFORGE_TLS_CERT", ""), "PEM certificate file: serve HTTPS ($TASKFORGE_TLS_CERT)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key", envOr("TASKFORGE_TLS_KEY", ""), "PEM private key file for --tls-cert ($TASKFORGE_TLS_KEY)")
 	fs.StringVar(&f.encryptionKeysFile, "encryption-keys-file", envOr("TASKFORGE_ENCRYPTION_KEYS_FILE", ""),
