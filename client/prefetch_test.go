@@ -13,7 +13,7 @@ import (
 )
 
 // gate is a handler for prefetch tests. A task whose payload is "quick" returns at
-// once, "slow" after a little over client.PrefetchBelow, and "hold" when the test
+// once, "slow" after a little over client.DefaultPrefetchBelow, and "hold" when the test
 // releases it (or its context ends). It records the order in which handlers start.
 type gate struct {
 	release chan struct{}
@@ -33,7 +33,7 @@ func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	g.mu.Unlock()
 	switch kind {
 	case "slow":
-		time.Sleep(client.PrefetchBelow + 50*time.Millisecond)
+		time.Sleep(client.DefaultPrefetchBelow + 50*time.Millisecond)
 	case "hold":
 		select {
 		case <-g.release:
@@ -138,6 +138,27 @@ func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 	if order := g.order(); !slices.Equal(order[len(order)-3:], ids) {
 		t.Fatalf("handlers started in the order %v, want the claim order %v", order[len(order)-3:], ids)
 	}
+}
+
+// TestPrefetchThresholdIsASetting: with PrefetchBelow raised above its handlers'
+// time, a worker whose handlers run longer than the default threshold prefetches.
+func TestPrefetchThresholdIsASetting(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, longLease)
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	g := newGate()
+	w := client.NewWorker(c, client.WorkerConfig{ID: "w-patient", Concurrency: 1, PrefetchBelow: 5 * time.Second,
+		PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
+	w.Handle("q", g.handle)
+	start(t, w)
+	warmUp(t, c, "slow", 2) // over the default threshold
+	ids := enqueueKinds(t, c, "hold", "quick")
+	waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
+		return g.hasStarted(ids[0]) && len(currentTasks(t, c, "w-patient")) == 2
+	})
+	close(g.release)
+	waitTask(t, c, "q", ids[1], 10*time.Second, "prefetched task done", status(client.StatusDone))
 }
 
 // TestWorkerDoesNotPrefetch: a worker whose handlers run long, or with prefetching

@@ -36,6 +36,11 @@ type WorkerConfig struct {
 	// waits long behind a slow one while another worker sits idle. Defaults to 1;
 	// a negative value turns prefetching off.
 	Prefetch int
+	// PrefetchBelow is the average handler duration under which the worker
+	// prefetches. Defaults to DefaultPrefetchBelow. Raise it for handlers that take
+	// longer but whose next task should still not wait for a poll; every task then
+	// waits up to one handler's run at this worker rather than at an idle one.
+	PrefetchBelow time.Duration
 	// PollWait is how long one long-poll may wait for work (at most 30s).
 	// Defaults to 10s.
 	PollWait time.Duration
@@ -72,10 +77,11 @@ const (
 	maxPollAckResult = 16 << 10
 )
 
-// PrefetchBelow is the average handler duration under which a Worker prefetches:
-// there a poll's round trip (a few milliseconds) is a noticeable share of each
-// task, and a prefetched task waits at most about that long for a slot.
-const PrefetchBelow = 250 * time.Millisecond
+// DefaultPrefetchBelow is the average handler duration under which a Worker
+// prefetches unless WorkerConfig.PrefetchBelow says otherwise: there a poll's round
+// trip (a few milliseconds) is a noticeable share of each task, and a prefetched
+// task waits at most about that long for a slot.
+const DefaultPrefetchBelow = 250 * time.Millisecond
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.ID == "" {
@@ -86,6 +92,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	}
 	c.Concurrency = cmp.Or(max(c.Concurrency, 0), 10)
 	c.Prefetch = min(cmp.Or(c.Prefetch, 1), maxPollTasks)
+	c.PrefetchBelow = cmp.Or(max(c.PrefetchBelow, 0), DefaultPrefetchBelow)
 	c.PollWait = min(cmp.Or(max(c.PollWait, 0), 10*time.Second), maxPollWait)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
 	c.RetryMin = cmp.Or(max(c.RetryMin, 0), 100*time.Millisecond)
@@ -388,7 +395,7 @@ func (r *runner) pollSizeLocked() (n int, prefetch bool) {
 	if free := r.cfg.Concurrency - r.running - len(r.waiting); free > 0 {
 		return free, false
 	}
-	if r.cfg.Prefetch <= 0 || r.avgRun == 0 || r.avgRun >= PrefetchBelow {
+	if r.cfg.Prefetch <= 0 || r.avgRun == 0 || r.avgRun >= r.cfg.PrefetchBelow {
 		return 0, false
 	}
 	return r.cfg.Prefetch - len(r.waiting), true

@@ -117,6 +117,9 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 			case cfg.Prefetch == 0:
 				cfg.Prefetch = -1 // the SDK's "none"
 			}
+			if cfg.PrefetchBelow <= 0 {
+				return usagef("--prefetch-below must be positive")
+			}
 			type binding struct {
 				queue string
 				h     client.HandlerFunc
@@ -160,7 +163,8 @@ server for another worker (a retryable nack with no delay) and exits 0.`,
 	fs.StringVar(&token, "token", envOr("TASKFORGE_TOKEN", ""), "API token with the worker role ($TASKFORGE_TOKEN)")
 	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
 	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
-	fs.IntVar(&cfg.Prefetch, "prefetch", 1, "tasks claimed ahead of a free slot while handlers run under "+client.PrefetchBelow.String()+" on average (0: none)")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 1, "tasks claimed ahead of a free slot while handlers run under --prefetch-below on average (0: none)")
+	fs.DurationVar(&cfg.PrefetchBelow, "prefetch-below", client.DefaultPrefetchBelow, "average handler duration under which the worker prefetches")
 	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")
 	fs.DurationVar(&cfg.ShutdownGrace, "grace", 10*time.Second, "on SIGTERM, how long running tasks may finish before they are handed back")
 	fs.DurationVar(&cfg.PollWait, "poll-wait", 10*time.Second, "long-poll wait (at most 30s)")

@@ -106,6 +106,7 @@ func TestWorkerCommandUsage(t *testing.T) {
 		{"worker", "--queue", "q=noop", "--concurrency", "0"},
 		{"worker", "--queue", "q=noop", "--prefetch", "-1"},
 		{"worker", "--queue", "q=noop", "--prefetch", "101"},
+		{"worker", "--queue", "q=noop", "--prefetch-below", "0s"},
 		{"worker", "--queue", "q=noop", "--log-level", "loud"},
 		{"worker", "--queue", "q=noop", "--server", "nowhere"},
 		{"worker", "--queue", "q=noop", "--grace", "soon"},
