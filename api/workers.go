@@ -586,18 +586,26 @@ type nackRequest struct {
 
 const maxErrorLen = 64 << 10
 
+// decodeReport reads a nack or release: the lease fields, and a text of at most
+// maxErrorLen bytes named field. It answers 400 itself and returns false on bad input.
+func (s *Server) decodeReport(c *gin.Context, req interface{ validate(bool) error }, text *string, field string) bool {
+	err := decode(c, workerBodyLimit+maxErrorLen, req)
+	if err == nil {
+		err = req.validate(true)
+	}
+	if err == nil && len(*text) > maxErrorLen {
+		err = invalid("%s must be at most %d bytes", field, maxErrorLen)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return false
+	}
+	return true
+}
+
 func (s *Server) nack(c *gin.Context) {
 	var req nackRequest
-	if err := decode(c, workerBodyLimit+maxErrorLen, &req); err != nil {
-		s.fail(c, err)
-		return
-	}
-	if err := req.validate(true); err != nil {
-		s.fail(c, err)
-		return
-	}
-	if len(req.Error) > maxErrorLen {
-		s.fail(c, invalid("error must be at most %d bytes", maxErrorLen))
+	if !s.decodeReport(c, &req, &req.Error, "error") {
 		return
 	}
 	const yearMs = 365 * 24 * 3600 * 1000
@@ -630,16 +638,7 @@ type releaseRequest struct {
 // the task goes back in line without spending its retry budget.
 func (s *Server) release(c *gin.Context) {
 	var req releaseRequest
-	if err := decode(c, workerBodyLimit+maxErrorLen, &req); err != nil {
-		s.fail(c, err)
-		return
-	}
-	if err := req.validate(true); err != nil {
-		s.fail(c, err)
-		return
-	}
-	if len(req.Reason) > maxErrorLen {
-		s.fail(c, invalid("reason must be at most %d bytes", maxErrorLen))
+	if !s.decodeReport(c, &req, &req.Reason, "reason") {
 		return
 	}
 	t, err := s.store.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,

@@ -37,30 +37,28 @@ func envOr(name, def string) string {
 	return def
 }
 
+// fromEnv returns $env parsed, def when it is unset, and notes a value that does
+// not parse (serve then exits 2 rather than run on a zero value).
+func fromEnv[T any](f *serverFlags, env string, def T, parse func(string) (T, error)) T {
+	v, ok := os.LookupEnv(env)
+	if !ok {
+		return def
+	}
+	parsed, err := parse(v)
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("$%s: %w", env, err))
+	}
+	return parsed
+}
+
 // durationVar registers a duration flag defaulting to $env (or def).
 func (f *serverFlags) durationVar(fs *pflag.FlagSet, p *time.Duration, flag, env string, def time.Duration, usage string) {
-	d := def
-	if v, ok := os.LookupEnv(env); ok {
-		parsed, err := time.ParseDuration(v)
-		if err != nil {
-			f.envErrs = append(f.envErrs, fmt.Errorf("$%s: %w", env, err))
-		}
-		d = parsed
-	}
-	fs.DurationVar(p, flag, d, usage+" ($"+env+")")
+	fs.DurationVar(p, flag, fromEnv(f, env, def, time.ParseDuration), usage+" ($"+env+")")
 }
 
 // boolVar registers a bool flag defaulting to $env (or false).
 func (f *serverFlags) boolVar(fs *pflag.FlagSet, p *bool, flag, env, usage string) {
-	var b bool
-	if v, ok := os.LookupEnv(env); ok {
-		parsed, err := strconv.ParseBool(v)
-		if err != nil {
-			f.envErrs = append(f.envErrs, fmt.Errorf("$%s: %w", env, err))
-		}
-		b = parsed
-	}
-	fs.BoolVar(p, flag, b, usage+" ($"+env+")")
+	fs.BoolVar(p, flag, fromEnv(f, env, false, strconv.ParseBool), usage+" ($"+env+")")
 }
 
 func (f *serverFlags) register(fs *pflag.FlagSet) {
