@@ -37,6 +37,7 @@ func TestBrowser(t *testing.T) {
 		{"ReplayDeadTaskByClicking", testReplayDeadTask, nil},
 		{"PauseQueueFromPage", testPauseQueue, nil},
 		{"EditQueueSettings", testEditSettings, nil},
+		{"AuditLogListsOperatorActions", testAuditLog, nil},
 		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
 		{"CancelFromInspector", testCancelFromInspector, nil},
 		{"UserStringsRenderInert", testUserStringsRenderInert, nil},
@@ -253,6 +254,78 @@ func testEditSettings(t *testing.T, e *env) {
 	page.click("#save-settings")
 	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")
 	page.checkClean("status of 400") // the refused PATCH
+}
+
+// The audit log lists the operator actions made through the API, newest first,
+// with their status (a refused PATCH too); the queue filter narrows it to one
+// queue, and an action made while the page is open appears without a click. A
+// hostile queue name and request body render as text.
+func testAuditLog(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("imports", map[string]any{"max_retries": 7})
+	s.CreateQueue("exports", nil)
+	s.Must(http.StatusOK, "PATCH", "/queues/imports", map[string]any{"rate_limit": 25})
+	if r := s.Do("PATCH", "/queues/imports", map[string]any{"max_retries": 500}); r.Status != http.StatusBadRequest {
+		t.Fatalf("PATCH max_retries 500: %d %s", r.Status, r.Body)
+	}
+	// An invalid queue name is refused, and recorded with the name as its queue.
+	if r := s.Do("POST", "/queues", map[string]any{"name": evilHTML, "max_retries": 1}); r.Status != http.StatusBadRequest {
+		t.Fatalf("POST /queues with a hostile name: %d %s", r.Status, r.Body)
+	}
+
+	page := e.open("#/audit")
+	rows := `[...document.querySelectorAll('#audit-list tbody tr')]`
+	cells := rows + `.map(tr => ['action', 'queue', 'status'].map(c => tr.querySelector('td[data-col="' + c + '"]').textContent).join(' | '))`
+	page.waitJS(rows+`.length === 5`, "five audit entries")
+	got := eval[[]string](page, cells)
+	want := []string{
+		"created queuePOST /queues | " + evilHTML + " | 400",
+		"changed settingsPATCH /queues/:name | imports | 400",
+		"changed settingsPATCH /queues/:name | imports | 200",
+		"created queuePOST /queues | exports | 201",
+		"created queuePOST /queues | imports | 201",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("audit rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := page.text(`#audit-list tbody tr td[data-col="actor"]`); got != "anonymous open" {
+		t.Errorf("actor shown %q, want %q", got, "anonymous open")
+	}
+	classes := eval[[]string](page, rows+`.map(tr => tr.querySelector('td[data-col="status"] .badge').className)`)
+	for i, want := range []string{"st-retry", "st-retry", "st-done", "st-done", "st-done"} {
+		if !strings.Contains(classes[i], want) {
+			t.Errorf("row %d: status badge %q, want %s", i, classes[i], want)
+		}
+	}
+	// The long request is cut short, whole in its title and expanded on a click.
+	summary := eval[[]string](page, `(s => [s.textContent, s.title])(document.querySelector('#audit-list tbody tr td[data-col="request"] summary'))`)
+	if !strings.HasSuffix(summary[0], "…") || !contains(summary[1], `"name":`+mustJSON(evilHTML)) || !contains(summary[1], `"max_retries":1`) {
+		t.Errorf("request shown %q, title %q", summary[0], summary[1])
+	}
+	page.click(`#audit-list tbody tr td[data-col="request"] summary`)
+	page.waitJS(`document.querySelector('#audit-list tbody tr td[data-col="request"] details[open] pre.json') !== null`, "the request expanded")
+	if got := page.text(`#audit-list tbody tr td[data-col="request"] pre.json`); !contains(got, mustJSON(evilHTML)) {
+		t.Errorf("expanded request %q lacks the name", got)
+	}
+	page.assertInert("#/audit")
+
+	// The queue filter: only the actions on imports.
+	page.enter("#a-queue", "imports")
+	page.waitJS(`location.hash === '#/audit?queue=imports' && `+rows+`.length === 3 && `+rows+`.every(tr => tr.querySelector('td[data-col="queue"]').textContent === 'imports')`, "the three entries of imports")
+	if got := page.text(`#audit-list tbody tr td[data-col="queue"] a`); got != "imports" {
+		t.Errorf("queue link %q", got)
+	}
+	if href := eval[string](page, `document.querySelector('#audit-list tbody tr td[data-col="queue"] a').getAttribute('href')`); href != "#/settings?queue=imports" {
+		t.Errorf("queue link to %s", href)
+	}
+
+	// An action made now shows up at the top by itself.
+	s.Must(http.StatusOK, "PATCH", "/queues/imports", map[string]any{"paused": true})
+	page.waitJS(rows+`.length === 4 && document.querySelector('#audit-list tbody tr td[data-col="action"]').textContent === 'paused queuePATCH /queues/:name'`, "the pause at the top")
+	page.click("#audit-refresh")
+	page.waitJS(rows+`.length === 4 && !document.getElementById('audit-refresh').disabled`, "the refreshed list")
+	page.screenshot("test-audit", false)
+	page.checkClean()
 }
 
 // The inspector shows a task's three attempts as a timeline: two failures on

@@ -6,8 +6,9 @@ import { tasks } from './views/tasks.js';
 import { dlq } from './views/dlq.js';
 import { workers } from './views/workers.js';
 import { settings } from './views/settings.js';
+import { audit } from './views/audit.js';
 
-const views = { overview, tasks, dlq, workers, settings };
+const views = { overview, tasks, dlq, workers, settings, audit };
 const main = document.getElementById('main');
 let current = null; // {name, view}
 
