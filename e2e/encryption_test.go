@@ -24,9 +24,10 @@ func newKey(id string) string {
 	return id + "=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte(id[:1]), 32))
 }
 
-// TestPayloadsAndResultsAreEncryptedAtRest: a canary in payloads and results shows up
-// nowhere at rest (pg_dump, every Redis key, the logs) yet the API returns it, and
-// rotating to a new key keeps every task readable.
+// TestPayloadsAndResultsAreEncryptedAtRest: a canary in payloads, results and
+// workers' error texts (a nack's error, a release's reason) shows up nowhere at rest
+// (pg_dump, every Redis key, the logs) yet the API returns it, and rotating to a new
+// key keeps every task, and every error text, readable.
 func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 	t.Parallel()
 	const canary = "CANARY-7f3a9c-secret"
@@ -54,6 +55,31 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 		"result": map[string]any{"echo": canary}})
 	if got := s.Task("q", p[0].ID); !strings.Contains(string(got.Result), canary) || !strings.Contains(string(got.Payload), canary) {
 		t.Fatalf("the API does not return the plain payload and result: %s / %s", got.Payload, got.Result)
+	}
+	// A worker's error texts: a nack's error and a release's reason.
+	pollOne := func() testserver.Polled {
+		for {
+			if p := s.Poll("w", []string{"q"}, 1, 2000); len(p) == 1 {
+				return p[0]
+			}
+		}
+	}
+	nacked := pollOne()
+	s.Nack("w", nacked, "SMTP 550 for "+canary, map[string]any{"retry_after_ms": 3600000})
+	released := pollOne()
+	s.Release("w", released, "stopping: "+canary)
+	withErrors := []string{nacked.ID, released.ID}
+	// errorsHold reports whether the task's last error and first attempt's error,
+	// as in answers, hold the canary.
+	errorsHold := func(in *testserver.Instance, id string) bool {
+		got := in.Task("q", id)
+		return got.LastError != nil && strings.Contains(*got.LastError, canary) && len(got.AttemptHistory) > 0 &&
+			got.AttemptHistory[0].Error != nil && strings.Contains(*got.AttemptHistory[0].Error, canary)
+	}
+	for _, id := range withErrors {
+		if !errorsHold(s, id) {
+			t.Fatalf("the API does not return task %s's plain error texts: %+v", id, s.Task("q", id))
+		}
 	}
 
 	bin, err := localpg.FindBinaries()
@@ -107,8 +133,11 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 		after = last
 	}
 	var stale int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE payload->>'taskforge_sealed' NOT LIKE 'v1.b2.%'
-		OR (result IS NOT NULL AND result->>'taskforge_sealed' NOT LIKE 'v1.b2.%')`).Scan(&stale); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks t WHERE payload->>'taskforge_sealed' NOT LIKE 'v1.b2.%'
+		OR (result IS NOT NULL AND result->>'taskforge_sealed' NOT LIKE 'v1.b2.%')
+		OR (coalesce(last_error, '') <> '' AND last_error NOT LIKE '{"taskforge_sealed":"v1.b2.%')
+		OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND coalesce(a.error, '') <> ''
+			AND a.error NOT LIKE '{"taskforge_sealed":"v1.b2.%')`).Scan(&stale); err != nil {
 		t.Fatal(err)
 	}
 	if total != len(ids) || stale != 0 {
@@ -119,6 +148,11 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 	for _, id := range ids {
 		if got := onlyNew.Task("q", id); !strings.Contains(string(got.Payload), canary) {
 			t.Fatalf("task %s unreadable after rotation: %s", id, got.Payload)
+		}
+	}
+	for _, id := range withErrors {
+		if !errorsHold(onlyNew, id) {
+			t.Fatalf("task %s's error texts unreadable after rotation: %+v", id, onlyNew.Task("q", id))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-// Package sealer encrypts task payloads and results at rest with AES-256-GCM.
+// Package sealer encrypts task payloads, results and error texts at rest with AES-256-GCM.
 //
 // A sealed value is stored in place of the JSON it hides, as a JSON object with one
 // reserved key:
@@ -32,6 +32,8 @@ type Field string
 const (
 	Payload Field = "payload"
 	Result  Field = "result"
+	// Error is a worker's error text (a nack) or reason (a release), bound to its task.
+	Error Field = "error"
 )
 
 const (
@@ -176,6 +178,34 @@ func (s *Sealer) Open(binding string, field Field, v json.RawMessage) (json.RawM
 		return nil, fmt.Errorf("sealer: open value sealed with key %s: %w", parts[1], err)
 	}
 	return plain, nil
+}
+
+// SealText returns the sealed form of a text (stored in a text column), bound to
+// binding and field: the sealed JSON of the text as a JSON string.
+func (s *Sealer) SealText(binding string, field Field, plain string) (string, error) {
+	v, err := json.Marshal(plain)
+	if err != nil {
+		return "", fmt.Errorf("sealer: %w", err)
+	}
+	sealed, err := s.Seal(binding, field, v)
+	return string(sealed), err
+}
+
+// OpenText returns the plain text of v, sealed by SealText for binding and field; a
+// text that is not sealed is returned as it is.
+func (s *Sealer) OpenText(binding string, field Field, v string) (string, error) {
+	if !IsSealedShape(json.RawMessage(v)) {
+		return v, nil
+	}
+	plain, err := s.Open(binding, field, json.RawMessage(v))
+	if err != nil {
+		return "", err
+	}
+	var text string
+	if err := json.Unmarshal(plain, &text); err != nil {
+		return "", fmt.Errorf("sealer: sealed text is not a JSON string: %w", err)
+	}
+	return text, nil
 }
 
 // IsSealedShape reports whether a plain value would be mistaken for a sealed one.

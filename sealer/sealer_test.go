@@ -80,3 +80,32 @@ func TestParseKeysAndValidation(t *testing.T) {
 		t.Error("accepted a key without id=")
 	}
 }
+
+// TestSealOpenText: an error text round-trips through SealText/OpenText, hides its
+// content, is bound to its task and field, and plain text passes through.
+func TestSealOpenText(t *testing.T) {
+	s, err := sealer.New([]sealer.Key{key("k1", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const plain = "SMTP 550: mailbox alice@CANARY.example unknown\n\"quoted\""
+	sealed, err := s.SealText("task-1", sealer.Error, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sealed, "CANARY") || !sealer.IsSealedShape(json.RawMessage(sealed)) {
+		t.Fatalf("sealed text leaks or is not sealed: %s", sealed)
+	}
+	if got, err := s.OpenText("task-1", sealer.Error, sealed); err != nil || got != plain {
+		t.Fatalf("OpenText: %q %v", got, err)
+	}
+	if _, err := s.OpenText("task-2", sealer.Error, sealed); err == nil {
+		t.Fatal("a sealed error opened as another task's")
+	}
+	if _, err := s.OpenText("task-1", sealer.Result, sealed); err == nil {
+		t.Fatal("a sealed error opened as a result")
+	}
+	if got, err := s.OpenText("task-1", sealer.Error, "plain old error"); err != nil || got != "plain old error" {
+		t.Fatalf("plain text: %q %v", got, err)
+	}
+}

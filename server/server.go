@@ -72,7 +72,7 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile, when both set, make the API serve HTTPS.
 	TLSCertFile, TLSKeyFile string
 	// EncryptionKeys, when set ("id=base64,id2=base64"; the first seals), encrypts
-	// payloads and results at rest with AES-256-GCM (see package sealer).
+	// payloads, results and error texts at rest with AES-256-GCM (see package sealer).
 	EncryptionKeys string
 	// Auth tunes API-token authentication and the abuse limits (package auth); it
 	// is on while an unrevoked token exists.

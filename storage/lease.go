@@ -198,7 +198,11 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 		v := float64(*n.RetryAfterMs)
 		retryAfter = &v
 	}
-	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, n.Error)
+	text, err := s.sealError(n.TaskID, n.Error)
+	if err != nil {
+		return Task{}, err
+	}
+	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, text)
 	t, err := one[Task](rows, err, ErrLeaseLost)
 	if err == nil {
 		err = s.open(&t)
@@ -214,7 +218,11 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 // cancel requested is cancelled instead. It returns ErrLeaseLost, changing nothing,
 // unless the token is the current, unexpired lease.
 func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
-	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, r.Reason)
+	text, err := s.sealError(r.TaskID, r.Reason)
+	if err != nil {
+		return Task{}, err
+	}
+	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text)
 	t, err := one[Task](rows, err, ErrLeaseLost)
 	if err == nil {
 		err = s.open(&t)

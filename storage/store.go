@@ -26,13 +26,13 @@ const StatsWindow = time.Minute
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool   *pgxpool.Pool
-	sealer *sealer.Sealer // nil: payloads and results are stored in clear
+	sealer *sealer.Sealer // nil: payloads, results and error texts are stored in clear
 }
 
 // Option configures a Store.
 type Option func(*Store)
 
-// WithSealer encrypts payloads and results at rest: they are sealed before every
+// WithSealer encrypts payloads, results and error texts at rest: they are sealed before every
 // write and opened after every read, so callers only ever see plain JSON.
 func WithSealer(x *sealer.Sealer) Option { return func(s *Store) { s.sealer = x } }
 
@@ -85,7 +85,7 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23503"
 }
 
-// collectTasks reads task rows, opening sealed payloads and results.
+// collectTasks reads task rows, opening sealed payloads, results and errors.
 func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
 	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Task])
 	if err != nil {
@@ -99,7 +99,7 @@ func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
 	return tasks, nil
 }
 
-// open replaces t's sealed payload and result with their plain JSON.
+// open replaces t's sealed payload, result and last error with their plain forms.
 func (s *Store) open(t *Task) error {
 	if s.sealer == nil || t.ID == uuid.Nil {
 		return nil
@@ -111,7 +111,22 @@ func (s *Store) open(t *Task) error {
 	if t.Result, err = s.sealer.Open(t.ID.String(), sealer.Result, t.Result); err != nil {
 		return fmt.Errorf("task %s result: %w", t.ID, err)
 	}
+	if err = s.openError(t.ID, t.LastError); err != nil {
+		return fmt.Errorf("task %s last error: %w", t.ID, err)
+	}
 	return nil
+}
+
+// openError replaces a sealed error text of task in place.
+func (s *Store) openError(task uuid.UUID, text *string) error {
+	if s.sealer == nil || text == nil {
+		return nil
+	}
+	plain, err := s.sealer.OpenText(task.String(), sealer.Error, *text)
+	if err == nil {
+		*text = plain
+	}
+	return err
 }
 
 // seal returns what to store for v: v itself, or its sealed form when encryption is on.
@@ -120,6 +135,19 @@ func (s *Store) seal(binding string, field sealer.Field, v json.RawMessage) (jso
 		return v, nil
 	}
 	return s.sealer.Seal(binding, field, v)
+}
+
+// sealError returns what to store for a worker's error text of task: the text
+// itself, or its sealed form when encryption is on. An empty text stays empty.
+func (s *Store) sealError(task uuid.UUID, text string) (string, error) {
+	if s.sealer == nil || text == "" {
+		return text, nil
+	}
+	sealed, err := s.sealer.SealText(task.String(), sealer.Error, text)
+	if err != nil {
+		return "", fmt.Errorf("seal the error text of task %s: %w", task, err)
+	}
+	return sealed, nil
 }
 
 // one returns the only row of rows, or notFound when there is none.

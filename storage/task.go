@@ -166,6 +166,11 @@ func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attempts of %s: %w", id, err)
 	}
+	for i := range attempts {
+		if err := s.openError(id, attempts[i].Error); err != nil {
+			return nil, fmt.Errorf("attempt %d of %s: error text: %w", attempts[i].Attempt, id, err)
+		}
+	}
 	return attempts, nil
 }
 

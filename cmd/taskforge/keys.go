@@ -15,9 +15,9 @@ import (
 	"github.com/taskforge/taskforge/storage"
 )
 
-// keysCommand manages the keys that encrypt payloads and results at rest.
+// keysCommand manages the keys that encrypt payloads, results and error texts at rest.
 func keysCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "keys", Short: "Encryption keys for payloads and results at rest"}
+	cmd := &cobra.Command{Use: "keys", Short: "Encryption keys for payloads, results and error texts at rest"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "generate ID",
 		Short: "Print a new random AES-256 key as ID=base64, for TASKFORGE_ENCRYPTION_KEYS",
@@ -42,8 +42,8 @@ func keysCommand() *cobra.Command {
 	var batch int
 	rotate := &cobra.Command{
 		Use:   "rotate",
-		Short: "Re-encrypt every payload and result with the first key, in small batches",
-		Long: `rotate seals every task's payload and result with the first of the given keys:
+		Short: "Re-encrypt every payload, result and error text with the first key, in small batches",
+		Long: `rotate seals every task's payload, result and error texts with the first of the given keys:
 plain ones (written before encryption was turned on) and ones sealed with an older key.
 Put the new key first in TASKFORGE_ENCRYPTION_KEYS on every replica (keeping the old
 ones), run rotate, then drop the old keys. Safe while replicas run: each batch is a

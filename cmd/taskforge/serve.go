@@ -87,7 +87,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TLSCertFile, "tls-cert", envOr("TASKFORGE_TLS_CERT", ""), "PEM certificate file: serve HTTPS ($TASKFORGE_TLS_CERT)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key", envOr("TASKFORGE_TLS_KEY", ""), "PEM private key file for --tls-cert ($TASKFORGE_TLS_KEY)")
 	fs.StringVar(&f.encryptionKeysFile, "encryption-keys-file", envOr("TASKFORGE_ENCRYPTION_KEYS_FILE", ""),
-		"file of id=base64 AES-256 keys, one per line, the first sealing: encrypt payloads and results at rest ($TASKFORGE_ENCRYPTION_KEYS_FILE; or the keys themselves in $TASKFORGE_ENCRYPTION_KEYS)")
+		"file of id=base64 AES-256 keys, one per line, the first sealing: encrypt payloads, results and error texts at rest ($TASKFORGE_ENCRYPTION_KEYS_FILE; or the keys themselves in $TASKFORGE_ENCRYPTION_KEYS)")
 	c.EncryptionKeys = os.Getenv("TASKFORGE_ENCRYPTION_KEYS")
 	var trusted []string
 	if v := envOr("TASKFORGE_TRUSTED_ORIGINS", ""); v != "" {
