@@ -89,7 +89,11 @@ type Server struct {
 	seen   map[string]time.Time // worker id → when this replica last recorded it
 
 	drainOnce sync.Once
-	draining  chan struct{} // closed by Drain: long polls return at once
+	draining  chan struct{}
+
+	// afterClaim, set only by tests (export_test.go), runs with the poll's request
+	// context once a claim committed and before the poll answers.
+	afterClaim func(context.Context) // closed by Drain: long polls return at once
 }
 
 // Drain makes waiting long polls return (empty) at once, so a shutdown does not wait

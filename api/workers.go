@@ -153,6 +153,13 @@ func (s *Server) poll(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	if len(res.tasks) > 0 && c.Request.Context().Err() != nil {
+		// The worker hung up while its tasks were being claimed (a worker stopping
+		// mid-poll): nobody will read this answer, so release them at once rather
+		// than leave them to wait out their lease.
+		s.releaseUnread(context.WithoutCancel(c), req.WorkerID, res.tasks)
+		return
+	}
 	out := make([]polledTask, len(res.tasks))
 	for i, t := range res.tasks {
 		out[i] = polledTask{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
@@ -168,6 +175,24 @@ func (s *Server) poll(c *gin.Context) {
 		body["acks"] = acked
 	}
 	c.JSON(http.StatusOK, body)
+}
+
+// releaseUnread releases tasks claimed for a poll whose caller went away. A task
+// that cannot be released waits out its lease, as it would have anyway.
+func (s *Server) releaseUnread(ctx context.Context, workerID string, tasks []storage.Task) {
+	for _, t := range tasks {
+		released, err := s.store.Release(ctx, storage.Release{TaskID: t.ID, LeaseToken: *t.LeaseToken, WorkerID: workerID,
+			Reason: "worker " + workerID + " hung up before the poll's answer reached it; released for another worker"})
+		if err != nil {
+			s.log.Warn("task claimed for a poll whose worker hung up not released; it retries when its lease expires",
+				"task_id", t.ID, "worker_id", workerID, "err", err)
+			continue
+		}
+		s.finished(ctx, released, workerID, "released")
+		if released.Status == storage.StatusPending {
+			s.due(released.Queue)
+		}
+	}
 }
 
 // pollResult is what one poll obtained.
@@ -311,6 +336,9 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		s.cfg.Telemetry.ObserveClaim(time.Since(start))
 		if err == nil && len(claimed) > 0 {
 			crashpoint.Hit(crashpoint.AfterClaimCommit)
+			if s.afterClaim != nil {
+				s.afterClaim(ctx)
+			}
 		}
 		if err != nil {
 			if perr := s.buf.Putback(bg, queue, popped.Entries); perr != nil {

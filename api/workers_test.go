@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskforge/taskforge/api"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/server"
 )
@@ -720,4 +723,57 @@ func TestRetryIsDispatchedWhenItsBackoffEnds(t *testing.T) {
 		t.Fatalf("the retry was not re-delivered within 10 s (the dispatcher tick is an hour): %+v", again)
 	}
 	t.Logf("retry re-delivered %s after the nack (backoff 200 ms)", time.Since(start))
+}
+
+// TestPollWhoseWorkerHungUpReleasesItsTasks: a worker that hangs up while the
+// server claims tasks for its poll (a worker stopping mid-poll) does not leave them
+// leased to nobody for the lease's length: they are released at once, not counted
+// against the budget (the queue allows no retries), and the next poll gets them.
+func TestPollWhoseWorkerHungUpReleasesItsTasks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.LeaseTimeout = 2 * time.Minute }})
+	s.CreateQueue("q", map[string]any{"max_retries": 0})
+	task := s.Enqueue("q", map[string]any{"payload": "x"})
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	claimed := make(chan struct{})
+	var once sync.Once
+	api.SetAfterClaim(s.Server.API, func(reqCtx context.Context) {
+		once.Do(func() {
+			close(claimed)
+			<-reqCtx.Done() // hold the answer until the server has seen the hang-up
+		})
+	})
+	body, _ := json.Marshal(map[string]any{"worker_id": "leaver", "queues": []string{"q"}, "wait_ms": 5000})
+	req, err := http.NewRequestWithContext(ctx, "POST", s.URL+"/workers/poll", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	select {
+	case <-claimed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll claimed nothing")
+	}
+	hangUp()
+	if err := <-answered; err == nil {
+		t.Fatal("the hung-up poll was answered")
+	}
+
+	got := s.Poll("stayer", []string{"q"}, 1, 5000)
+	if len(got) != 1 || got[0].ID != task.ID || got[0].Attempt != 2 {
+		t.Fatalf("the next poll got %+v, want attempt 2 of %s", got, task.ID)
+	}
+	h := s.Task("q", task.ID).AttemptHistory
+	if len(h) != 2 || h[0].Status != "released" || h[0].WorkerID != "leaver" || !strings.Contains(*h[0].Error, "hung up") {
+		t.Fatalf("history: %+v", h)
+	}
 }
