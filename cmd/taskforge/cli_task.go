@@ -248,7 +248,7 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"queue", t.Queue},
 		{"status", t.Status},
 		{"priority", strconv.Itoa(t.Priority)},
-		{"attempts", fmt.Sprintf("%d (max_retries %d)", t.Attempts, t.MaxRetries)},
+		{"attempts", attemptsLine(t)},
 		{"scheduled_at", fmtTime(t.ScheduledAt)},
 		{"timeout_seconds", fmtPtr(t.TimeoutSeconds)},
 		{"idempotency_key", fmtPtr(t.IdempotencyKey)},
@@ -263,6 +263,16 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"created_at", fmtTime(t.CreatedAt)},
 		{"finished_at", fmtTimePtr(t.FinishedAt)},
 	})
+}
+
+// attemptsLine is the attempts made, the budget, and the releases that did not
+// spend it.
+func attemptsLine(t *client.Task) string {
+	line := fmt.Sprintf("%d (max_retries %d)", t.Attempts, t.MaxRetries)
+	if t.Releases > 0 {
+		line += fmt.Sprintf(", %d released by stopping workers (not counted)", t.Releases)
+	}
+	return line
 }
 
 func taskGetCommand(o *cliOptions) *cobra.Command {

@@ -503,3 +503,22 @@ func TestCLIAudit(t *testing.T) {
 	}
 	e.want(exitUsage, "audit", "--limit", "0")
 }
+
+// TestCLITaskGetShowsReleases: `task get` says how many attempts stopping workers
+// released, since they do not count against max_retries.
+func TestCLITaskGetShowsReleases(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	e.s.CreateQueue("q", map[string]any{"max_retries": 0})
+	task := e.s.Enqueue("q", map[string]any{"payload": 1})
+	var p []testserver.Polled
+	testserver.Eventually(t, 5*time.Second, "the task polled", func() bool {
+		p = e.s.Poll("w", []string{"q"}, 1, 200)
+		return len(p) == 1
+	})
+	if resp := e.s.Release("w", p[0], "deploy"); resp.Status != 200 {
+		t.Fatalf("release: %d %s", resp.Status, resp.Body)
+	}
+	r := e.want(0, "task", "get", "q", task.ID)
+	contains(t, "task get", r.stdout, "1 (max_retries 0), 1 released by stopping workers (not counted)", "released")
+}
