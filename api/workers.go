@@ -188,10 +188,7 @@ func (s *Server) releaseUnread(ctx context.Context, workerID string, tasks []sto
 				"task_id", t.ID, "worker_id", workerID, "err", err)
 			continue
 		}
-		s.finished(ctx, released, workerID, "released")
-		if released.Status == storage.StatusPending {
-			s.due(released.Queue)
-		}
+		s.released(ctx, released, workerID)
 	}
 }
 
@@ -675,11 +672,17 @@ func (s *Server) release(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	s.finished(c, t, req.WorkerID, "released")
+	s.released(c, t, req.WorkerID)
+	c.JSON(http.StatusOK, t)
+}
+
+// released reports a released task and lets the dispatcher put it back in the
+// buffer now rather than on its next tick.
+func (s *Server) released(ctx context.Context, t storage.Task, workerID string) {
+	s.finished(ctx, t, workerID, "released")
 	if t.Status == storage.StatusPending {
 		s.due(t.Queue)
 	}
-	c.JSON(http.StatusOK, t)
 }
 
 func (s *Server) listWorkers(c *gin.Context) {
