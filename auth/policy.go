@@ -1,6 +1,9 @@
 package auth
 
-import "net/http"
+import (
+	"net/http"
+	"strings"
+)
 
 // Role is what a token may do.
 type Role string
@@ -87,6 +90,23 @@ var rules = map[string]Rule{
 	"GET /admin/login":                {Role: Public},
 	"POST /admin/session":             {Role: Public}, // checks the token it is given
 	"POST /admin/logout":              {Role: Public},
+}
+
+// Audited returns the routes whose rule says Audit, as method → route pattern →
+// true, for a lookup on the request path that allocates nothing.
+func Audited() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for key, r := range rules {
+		if !r.Audit {
+			continue
+		}
+		method, route, _ := strings.Cut(key, " ")
+		if out[method] == nil {
+			out[method] = map[string]bool{}
+		}
+		out[method][route] = true
+	}
+	return out
 }
 
 // RuleFor returns the rule of the route (method and gin route pattern) and whether
