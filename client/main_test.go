@@ -27,6 +27,16 @@ func setup(t *testing.T, configure func(*server.Config)) (*testserver.Instance, 
 	return s, c
 }
 
+// shortLease is the lease of tests that watch heartbeats keep a lease alive: 600 ms,
+// with heartbeats every 150 ms.
+const shortLease = 600 * time.Millisecond
+
+// shortLeases configures a replica with shortLease.
+func shortLeases(cfg *server.Config) {
+	cfg.LeaseTimeout = shortLease
+	cfg.HeartbeatInterval = shortLease / 4
+}
+
 // logger discards worker logs unless TASKFORGE_TEST_LOG is set.
 func logger() *slog.Logger {
 	if os.Getenv("TASKFORGE_TEST_LOG") != "" {

@@ -44,6 +44,14 @@ func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	return nil
 }
 
+// startGated starts w with a new gate as the handler of queue q and returns the gate.
+func startGated(t *testing.T, w *client.Worker) (*gate, *running) {
+	t.Helper()
+	g := newGate()
+	w.Handle("q", g.handle)
+	return g, start(t, w)
+}
+
 func (g *gate) hasStarted(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -92,17 +100,12 @@ func currentTasks(t *testing.T, c *client.Client, workerID string) []string {
 // handlers at once or claims a third task.
 func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 	t.Parallel()
-	const lease = 600 * time.Millisecond
-	_, c := setup(t, func(cfg *server.Config) {
-		cfg.LeaseTimeout = lease
-		cfg.HeartbeatInterval = 150 * time.Millisecond
-	})
+	const lease = shortLease
+	_, c := setup(t, shortLeases)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	g := newGate()
 	w := worker(c, "w-prefetch", 1)
-	w.Handle("q", g.handle)
-	start(t, w)
+	g, _ := startGated(t, w)
 	warmUp(t, c, "quick", 3)
 
 	ids := enqueueKinds(t, c, "hold", "quick", "quick")
@@ -147,11 +150,9 @@ func TestPrefetchThresholdIsASetting(t *testing.T) {
 	_, c := setup(t, longLease)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	g := newGate()
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-patient", Concurrency: 1, PrefetchBelow: 5 * time.Second,
 		PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
-	w.Handle("q", g.handle)
-	start(t, w)
+	g, _ := startGated(t, w)
 	warmUp(t, c, "slow", 2) // over the default threshold
 	ids := enqueueKinds(t, c, "hold", "quick")
 	waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
@@ -186,11 +187,9 @@ func TestWorkerDoesNotPrefetch(t *testing.T) {
 				settings.MaxConcurrency = client.Set(tc.cap)
 			}
 			must[*client.Queue](t)(c.CreateQueue(ctx, "q", settings))
-			g := newGate()
 			w := client.NewWorker(c, client.WorkerConfig{ID: "w-main", Concurrency: 1, Prefetch: tc.prefetch,
 				PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
-			w.Handle("q", g.handle)
-			start(t, w)
+			g, _ := startGated(t, w)
 			warmUp(t, c, tc.warmUp, 2)
 			held := enqueueKinds(t, c, "hold")[0]
 			waitFor(t, 10*time.Second, "held task running", func() bool { return g.hasStarted(held) })
@@ -216,10 +215,8 @@ func TestPrefetchedTaskCancelledWhileWaiting(t *testing.T) {
 	_, c := setup(t, func(cfg *server.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond })
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	g := newGate()
 	w := worker(c, "w-cancel", 1)
-	w.Handle("q", g.handle)
-	start(t, w)
+	g, _ := startGated(t, w)
 	warmUp(t, c, "quick", 2)
 	ids := enqueueKinds(t, c, "hold", "quick")
 	held, next := ids[0], ids[1]
@@ -265,11 +262,9 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			_, c := setup(t, longLease)
 			ctx := context.Background()
 			must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-			g := newGate()
 			a := client.NewWorker(c, client.WorkerConfig{ID: "w-a", Concurrency: 1, PollWait: 2 * time.Second,
 				ShutdownGrace: 500 * time.Millisecond, Logger: logger()})
-			a.Handle("q", g.handle)
-			ra := start(t, a)
+			g, ra := startGated(t, a)
 			warmUp(t, c, "quick", 2)
 			ids := enqueueKinds(t, c, "hold", "quick")
 			held, next := ids[0], ids[1]

@@ -157,11 +157,8 @@ func TestWorkerRecoversPanic(t *testing.T) {
 
 func TestWorkerHeartbeatsKeepLease(t *testing.T) {
 	t.Parallel()
-	const lease = 600 * time.Millisecond
-	_, c := setup(t, func(cfg *server.Config) {
-		cfg.LeaseTimeout = lease
-		cfg.HeartbeatInterval = 150 * time.Millisecond
-	})
+	const lease = shortLease
+	_, c := setup(t, shortLeases)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 	var cause atomic.Value
