@@ -280,6 +280,43 @@ func (b *Buffer) Missing(ctx context.Context, queue string, tasks []storage.Buff
 	return missing, nil
 }
 
+// MissingOf returns those of tasks that their queue's buffer does not hold, in one
+// pipeline whatever the number of queues.
+func (b *Buffer) MissingOf(ctx context.Context, tasks []storage.BufferedTask) ([]storage.BufferedTask, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.FloatCmd, len(tasks))
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tasks {
+			cmds[i] = p.ZScore(ctx, b.Key(t.Queue), t.ID.String())
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("check buffers: %w", err)
+	}
+	var missing []storage.BufferedTask
+	for i, c := range cmds {
+		if c.Err() == redis.Nil {
+			missing = append(missing, tasks[i])
+		}
+	}
+	return missing, nil
+}
+
+// Lost reports whether Redis has lost its data (a restart without persistence, a
+// FLUSHALL) since the last call on any replica, by a marker key that it sets when
+// missing; true also the very first time. On a Redis Cluster the marker lives on
+// one master: the loss of another is found by the repair pass's paging instead.
+func (b *Buffer) Lost(ctx context.Context) (bool, error) {
+	set, err := b.rdb.SetNX(ctx, b.prefix+":epoch", time.Now().UTC().Format(time.RFC3339), 0).Result()
+	if err != nil {
+		return false, fmt.Errorf("check the buffer's marker: %w", err)
+	}
+	return set, nil
+}
+
 // Remove deletes ids from queue's buffer (best effort: a stale id is harmless).
 func (b *Buffer) Remove(ctx context.Context, queue string, ids ...uuid.UUID) error {
 	members := make([]any, len(ids))

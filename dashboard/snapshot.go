@@ -2,18 +2,12 @@ package dashboard
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskforge/taskforge/storage"
 )
-
-// statsParallelism bounds how many per-queue Stats transactions one snapshot runs at
-// once, so that the dashboard never takes more than a sliver of the pool.
-const statsParallelism = 2
 
 // Snapshot is one message of the live feed: everything the overview, worker and
 // settings panels show.
@@ -46,37 +40,28 @@ type Point struct {
 	Queues map[string][3]float64 `json:"q"`
 }
 
-// snapshot computes a Snapshot from existing Store queries: the queue list, each
-// queue's Stats (a few at a time) and the worker list. A queue deleted meanwhile is
-// left out.
+// snapshot computes a Snapshot: the queue list, every queue's statistics in one
+// read of the kept counts (storage.AllStats, whose cost does not grow with the
+// number of tasks) and the worker list. A queue deleted meanwhile is left out.
 func (d *Dashboard) snapshot(ctx context.Context) (*Snapshot, error) {
 	start := time.Now()
 	queues, err := d.store.ListQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	stats := make([]*storage.Stats, len(queues))
+	var stats map[string]storage.Stats
 	var workers []storage.Worker
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(statsParallelism)
 	g.Go(func() error {
 		var err error
 		workers, err = d.store.ListWorkers(gctx, d.opts.StaleAfter)
 		return err
 	})
-	for i, q := range queues {
-		g.Go(func() error {
-			st, err := d.store.Stats(gctx, q.Name)
-			if errors.Is(err, storage.ErrQueueNotFound) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("stats of %s: %w", q.Name, err)
-			}
-			stats[i] = &st
-			return nil
-		})
-	}
+	g.Go(func() error {
+		var err error
+		stats, err = d.store.AllStats(gctx)
+		return err
+	})
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
@@ -89,9 +74,9 @@ func (d *Dashboard) snapshot(ctx context.Context) (*Snapshot, error) {
 	if snap.Workers == nil {
 		snap.Workers = []storage.Worker{}
 	}
-	for i, q := range queues {
-		st := stats[i]
-		if st == nil {
+	for _, q := range queues {
+		st, ok := stats[q.Name]
+		if !ok {
 			continue
 		}
 		snap.Queues = append(snap.Queues, QueueState{Queue: q, Depth: st.Depth,

@@ -6,6 +6,12 @@
 // the whole backlog, and its repair pass re-adds claimed tasks whose buffer entry
 // was lost (Redis restart, FLUSHALL, a crash between commit and ZADD).
 //
+// Its costs follow the work, not the number of queues: a wake-up for queue q (a
+// NOTIFY from an enqueue, a poll that drained q's buffer, a reclaim) dispatches q
+// alone; a timed pass dispatches the queues whose waiting tasks became due since the
+// last one, found in one statement; and only the periodic sweep, one statement every
+// SweepInterval, looks at every queue, as a safety net for a lost wake-up.
+//
 // The dispatcher never changes a task that is executing, and never decides whether a
 // task runs: the claim in PostgreSQL does.
 package dispatcher
@@ -16,9 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,8 +40,12 @@ import (
 
 // Config tunes a Dispatcher. Zero fields take the defaults.
 type Config struct {
-	// Interval between passes when no NOTIFY arrives. Defaults to 1s.
+	// Interval is the longest pause between timed passes, which dispatch the queues
+	// whose scheduled or retrying tasks became due. Defaults to 1s.
 	Interval time.Duration
+	// SweepInterval is how often a pass looks at every queue for due work that no
+	// wake-up announced. Defaults to 5s.
+	SweepInterval time.Duration
 	// BufferTarget is how many ids each queue's buffer is topped up to. Defaults to 1000.
 	BufferTarget int
 	// BatchSize is the most tasks one dispatch statement moves. Defaults to 500.
@@ -44,6 +55,10 @@ type Config struct {
 	// RepairAfter is how long a task must have been buffered before a missing entry
 	// counts as lost. Defaults to 2s.
 	RepairAfter time.Duration
+	// RepairPage is how many buffered tasks one repair statement checks; a pass
+	// checks one page, resuming where the last ended, unless Redis lost its data.
+	// Defaults to 4 × BufferTarget.
+	RepairPage int
 	// Telemetry receives dispatch transitions; nil disables them.
 	Telemetry *telemetry.Telemetry
 }
@@ -51,12 +66,19 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, time.Second)
+	c.SweepInterval = cmp.Or(c.SweepInterval, 5*time.Second)
 	c.BufferTarget = cmp.Or(c.BufferTarget, 1000)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.RepairInterval = cmp.Or(c.RepairInterval, 5*time.Second)
 	c.RepairAfter = cmp.Or(c.RepairAfter, 2*time.Second)
+	c.RepairPage = cmp.Or(c.RepairPage, 4*c.BufferTarget)
 	return c
 }
+
+// dueSlack is how far back a timed pass looks before its previous one: a task
+// written with a due time just before that pass, by a transaction that committed
+// after it, is still found.
+const dueSlack = time.Second
 
 // Dispatcher moves due tasks into the buffer. Create it with New; run it with Run.
 type Dispatcher struct {
@@ -64,45 +86,80 @@ type Dispatcher struct {
 	buf   *buffer.Buffer
 	cfg   Config
 	log   *slog.Logger
-	wake  chan struct{}
-	// lastLowWake is when WakeLow last woke the loop (Unix nanoseconds).
-	lastLowWake atomic.Int64
+	// signal has a pass run soon; what it should do is in wanted and sweep.
+	signal chan struct{}
+
+	mu      sync.Mutex
+	wanted  map[string]struct{} // queues the next pass dispatches
+	sweep   bool                // the next pass looks at every queue
+	lowWake map[string]time.Time
+
+	// Owned by Run's goroutine.
+	horizon      time.Time // database clock of the last timed pass
+	repairCursor *storage.BufferedCursor
 }
 
 // New returns a Dispatcher.
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, wake: make(chan struct{}, 1)}
+	return &Dispatcher{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log,
+		signal: make(chan struct{}, 1), wanted: map[string]struct{}{}, lowWake: map[string]time.Time{}}
 }
 
 // LowWater is the buffer size below which a poll asks for a refill (WakeLow), so a
 // backlog in PostgreSQL keeps flowing without waiting for a tick.
 const LowWater = 250
 
-// lowWakeEvery bounds how often pops of a nearly empty buffer wake the dispatcher.
+// lowWakeEvery bounds how often pops of a nearly empty buffer wake the dispatcher
+// for one queue.
 const lowWakeEvery = 20 * time.Millisecond
 
-// WakeLow asks for a refill pass because a buffer fell below LowWater; calls closer
-// together than lowWakeEvery are merged, so an empty backlog costs few passes.
-func (d *Dispatcher) WakeLow() {
-	now := time.Now().UnixNano()
-	last := d.lastLowWake.Load()
-	if now-last < int64(lowWakeEvery) || !d.lastLowWake.CompareAndSwap(last, now) {
+// WakeLow asks for a refill of queue because its buffer fell below LowWater; calls
+// for the same queue closer together than lowWakeEvery are merged, so an empty
+// backlog costs few passes.
+func (d *Dispatcher) WakeLow(queue string) {
+	now := time.Now()
+	d.mu.Lock()
+	if now.Sub(d.lowWake[queue]) < lowWakeEvery {
+		d.mu.Unlock()
 		return
 	}
-	d.Wake()
+	if len(d.lowWake) > 4096 { // forget old entries rather than every queue ever seen
+		clear(d.lowWake)
+	}
+	d.lowWake[queue] = now
+	d.wanted[queue] = struct{}{}
+	d.mu.Unlock()
+	d.poke()
 }
 
-// Wake asks for a dispatch pass as soon as possible.
-func (d *Dispatcher) Wake() {
+// Wake asks for queue to be dispatched as soon as possible.
+func (d *Dispatcher) Wake(queue string) {
+	d.mu.Lock()
+	d.wanted[queue] = struct{}{}
+	d.mu.Unlock()
+	d.poke()
+}
+
+// WakeAll asks for a sweep of every queue as soon as possible (after wake-ups may
+// have been missed).
+func (d *Dispatcher) WakeAll() {
+	d.mu.Lock()
+	d.sweep = true
+	d.mu.Unlock()
+	d.poke()
+}
+
+func (d *Dispatcher) poke() {
 	select {
-	case d.wake <- struct{}{}:
+	case d.signal <- struct{}{}:
 	default:
 	}
 }
 
-// Run dispatches until ctx is done: on every NOTIFY on storage.DueChannel, on every
-// tick, and repairs lost buffer entries every RepairInterval. It returns nil when
-// ctx is cancelled.
+// Run dispatches until ctx is done: the queue named by every NOTIFY on
+// storage.DueChannel and every Wake, the queues whose tasks became due on every
+// timed pass, every queue on every sweep; and it repairs lost buffer entries every
+// RepairInterval. It returns nil when ctx is cancelled.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -114,27 +171,75 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	tick := time.NewTimer(0)
 	defer tick.Stop()
-	lastRepair := time.Time{}
+	deadline := time.Now() // of the next timed pass
+	var lastRepair, lastSweep time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		case <-d.wake:
+		case <-d.signal:
 		}
-		if _, err := d.DispatchOnce(ctx); err != nil && ctx.Err() == nil {
+		timed := !time.Now().Before(deadline)
+		sweep := time.Since(lastSweep) >= d.cfg.SweepInterval
+		if sweep {
+			lastSweep = time.Now()
+		}
+		if _, err := d.pass(ctx, timed, sweep); err != nil && ctx.Err() == nil {
 			d.log.Warn("dispatch pass failed", "err", err)
 		}
 		if time.Since(lastRepair) >= d.cfg.RepairInterval {
 			lastRepair = time.Now()
-			if n, err := d.RepairOnce(ctx); err != nil && ctx.Err() == nil {
+			if n, err := d.repairStep(ctx); err != nil && ctx.Err() == nil {
 				d.log.Warn("buffer repair failed", "err", err)
 			} else if n > 0 {
 				d.log.Info("re-added lost buffer entries", "count", n)
 			}
 		}
-		tick.Reset(d.nextPass(ctx))
+		// After a timed pass, plan the next; after a wake-up, bring it forward if a
+		// task the wake-up announced (a retry, a schedule) is due sooner.
+		if next := time.Now().Add(d.nextPass(ctx)); timed || next.Before(deadline) {
+			deadline = next
+			tick.Reset(time.Until(deadline))
+		}
 	}
+}
+
+// pass dispatches the queues woken since the last pass; when timed, also those whose
+// waiting tasks became due; when sweep (or asked by WakeAll), every queue with due
+// work.
+func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) (int, error) {
+	d.mu.Lock()
+	queues := make([]string, 0, len(d.wanted))
+	for q := range d.wanted {
+		queues = append(queues, q)
+	}
+	clear(d.wanted)
+	sweep = sweep || d.sweep || d.horizon.IsZero()
+	d.sweep = false
+	d.mu.Unlock()
+
+	var errs []error
+	switch {
+	case sweep:
+		// What is due now, the sweep finds; the next timed pass looks from here on.
+		now, err := d.store.Now(ctx)
+		if err == nil {
+			d.horizon = now
+		}
+		all, err2 := d.store.DueQueues(ctx)
+		queues = append(queues, all...)
+		errs = append(errs, err, err2)
+	case timed:
+		due, now, err := d.store.NewlyDue(ctx, d.horizon.Add(-dueSlack))
+		if err == nil {
+			d.horizon = now
+			queues = append(queues, due...)
+		}
+		errs = append(errs, err)
+	}
+	n, err := d.DispatchQueues(ctx, queues...)
+	return n, errors.Join(append(errs, err)...)
 }
 
 // nextPass is how long to sleep: until the earliest waiting task becomes due (a
@@ -180,24 +285,45 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+storage.DueChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	d.Wake() // anything enqueued while we were not listening
+	d.WakeAll() // anything enqueued while we were not listening
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return fmt.Errorf("wait for notification: %w", err)
 		}
-		d.Wake()
+		if n.Payload == "" {
+			d.WakeAll()
+		} else {
+			d.Wake(n.Payload) // the queue that has new work
+		}
 	}
 }
 
-// DispatchOnce tops up the buffer of every queue that is not paused from its due
-// tasks and returns how many tasks it moved.
+// DispatchOnce tops up the buffer of every queue that is not paused and holds due
+// tasks, and returns how many tasks it moved.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
-	queues, err := d.store.ListQueues(ctx)
+	queues, err := d.store.DueQueues(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return d.DispatchQueues(ctx, queues...)
+}
+
+// DispatchQueues tops up the buffers of the named queues (those that exist and are
+// not paused) from their due tasks and returns how many tasks it moved. Its cost
+// follows the number of queues named, whatever the number that exist.
+func (d *Dispatcher) DispatchQueues(ctx context.Context, names ...string) (int, error) {
+	if len(names) == 0 {
+		return 0, nil
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	queues, err := d.store.QueuesNamed(ctx, names)
 	if err != nil {
 		return 0, err
 	}
 	active := queues[:0]
-	names := make([]string, 0, len(queues))
+	names = names[:0]
 	for _, q := range queues {
 		if !q.Paused { // a paused queue's tasks stay in PostgreSQL
 			active = append(active, q)
@@ -243,42 +369,103 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 	if len(tasks) > 0 {
 		crashpoint.Hit(crashpoint.AfterDispatchCommit)
 	}
-	// Committed as claimed: if this ZADD fails or we crash now, RepairOnce re-adds them.
+	// Committed as claimed: if this ZADD fails or we crash now, the repair pass re-adds them.
 	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {
 		return len(tasks), err
 	}
 	return len(tasks), nil
 }
 
-// RepairOnce re-adds claimed tasks whose buffer entries are missing and rebuilds the
-// concurrency slots of capped queues from PostgreSQL. It returns how many entries it
-// re-added. A re-added id that a poller popped meanwhile is harmless: its second
-// claim finds it no longer claimable and drops it.
+// repairStep rebuilds the concurrency slots of capped queues and checks one page of
+// buffered tasks, resuming where the last step ended; when Redis has lost its data
+// since the last look, it checks every page at once.
+func (d *Dispatcher) repairStep(ctx context.Context) (int, error) {
+	if err := d.syncSlots(ctx); err != nil {
+		return 0, err
+	}
+	lost, err := d.buf.Lost(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if lost {
+		d.repairCursor = nil
+		return d.repairBuffered(ctx, -1)
+	}
+	return d.repairBuffered(ctx, 1)
+}
+
+// RepairOnce re-adds claimed tasks whose buffer entries are missing, checking every
+// buffered task of every queue a page at a time, and rebuilds the concurrency slots
+// of capped queues from PostgreSQL. It returns how many entries it re-added. A
+// re-added id that a poller popped meanwhile is harmless: its second claim finds it
+// no longer claimable and drops it.
 func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
-	queues, err := d.store.ListQueues(ctx)
+	if err := d.syncSlots(ctx); err != nil {
+		return 0, err
+	}
+	d.repairCursor = nil
+	return d.repairBuffered(ctx, -1)
+}
+
+// syncSlots rebuilds every capped queue's concurrency slots from one statement.
+func (d *Dispatcher) syncSlots(ctx context.Context) error {
+	executing, err := d.store.ExecutingInCappedQueues(ctx)
+	if err != nil {
+		return err
+	}
+	for queue, ids := range executing {
+		if _, _, err := d.buf.Reconcile(ctx, queue, ids, buffer.SlotGrace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// repairBuffered checks up to pages pages of buffered tasks (all when negative) from
+// the cursor on, re-adds those missing from their buffers, and returns how many.
+func (d *Dispatcher) repairBuffered(ctx context.Context, pages int) (int, error) {
+	total := 0
+	for ; pages != 0; pages-- {
+		page, err := d.store.ListBuffered(ctx, d.repairCursor, d.cfg.RepairAfter, d.cfg.RepairPage)
+		if err != nil {
+			return total, err
+		}
+		if len(page) < d.cfg.RepairPage {
+			d.repairCursor = nil // the last page: start again next time
+		} else {
+			last := page[len(page)-1]
+			d.repairCursor = &storage.BufferedCursor{DispatchedAt: last.DispatchedAt, ID: last.ID}
+		}
+		n, err := d.readd(ctx, page)
+		total += n
+		if err != nil || d.repairCursor == nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// readd adds those of page that their queue's buffer lacks.
+func (d *Dispatcher) readd(ctx context.Context, page []storage.BufferedTask) (int, error) {
+	missing, err := d.buf.MissingOf(ctx, page)
+	if err != nil || len(missing) == 0 {
+		return 0, err
+	}
+	byQueue := map[string][]storage.Buffered{}
+	for _, t := range missing {
+		byQueue[t.Queue] = append(byQueue[t.Queue], t.Buffered)
+	}
+	queues, err := d.store.QueuesNamed(ctx, slices.Collect(maps.Keys(byQueue)))
 	if err != nil {
 		return 0, err
 	}
 	total := 0
 	for _, q := range queues {
-		limits := ratelimit.Of(q)
-		if limits.MaxConcurrency > 0 {
-			if err := d.buf.SyncSlots(ctx, d.store, q.Name); err != nil {
-				return total, err
-			}
-		}
-		claimed, err := d.store.ListClaimed(ctx, q.Name, d.cfg.RepairAfter, 4*d.cfg.BufferTarget)
-		if err != nil {
+		tasks := byQueue[q.Name]
+		if err := d.buf.Add(ctx, q.Name, tasks, buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)); err != nil {
 			return total, err
 		}
-		missing, err := d.buf.Missing(ctx, q.Name, claimed)
-		if err != nil {
-			return total, err
-		}
-		if err := d.buf.Add(ctx, q.Name, missing, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
-			return total, err
-		}
-		total += len(missing)
+		total += len(tasks)
 	}
 	return total, nil
 }

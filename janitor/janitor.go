@@ -46,7 +46,6 @@ func (c Config) WithDefaults() Config {
 // Batch describes one delete statement the janitor ran.
 type Batch struct {
 	Table    string        // "tasks", "audit_log" or "workers" (swept last)
-	Queue    string        // the queue swept, for tasks
 	Deleted  int           // rows deleted (a task's attempts are not counted)
 	Duration time.Duration // the whole transaction, as the janitor measured it
 }
@@ -96,34 +95,32 @@ func (j *Janitor) Run(ctx context.Context) error {
 // (tasks, audit entries and workers; attempts, which go with their tasks, are not
 // counted) and the first error, which ends the sweep.
 func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
-	queues, err := j.store.QueueNames(ctx)
+	// Every queue's expired tasks in one statement per batch, oldest first: the
+	// sweep's cost follows what expired, not the number of queues.
+	deleted, err = j.drain(ctx, "tasks", func() (int64, error) {
+		return j.store.DeleteExpiredTasks(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+	})
 	if err != nil {
-		return 0, err
+		return deleted, err
 	}
-	for _, q := range queues {
-		n, err := j.drain(ctx, "tasks", q, func() (int64, error) {
-			return j.store.DeleteExpiredTasks(ctx, q, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
-		})
-		deleted += n
-		if err != nil {
-			return deleted, err
-		}
+	if _, err := j.store.DeleteOldTallyBuckets(ctx, storage.TallyBucketKeep); err != nil {
+		return deleted, err
 	}
-	n, err := j.drain(ctx, "audit_log", "", func() (int64, error) {
+	n, err := j.drain(ctx, "audit_log", func() (int64, error) {
 		return j.store.DeleteExpiredAudit(ctx, j.cfg.AuditRetention, j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
 	deleted += n
 	if err != nil {
 		return deleted, err
 	}
-	n, err = j.drain(ctx, "workers", "", func() (int64, error) {
+	n, err = j.drain(ctx, "workers", func() (int64, error) {
 		return j.store.DeleteSilentWorkers(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
 	return deleted + n, err
 }
 
 // drain runs batch until it deletes fewer than BatchSize rows, and returns the total.
-func (j *Janitor) drain(ctx context.Context, table, queue string, batch func() (int64, error)) (int, error) {
+func (j *Janitor) drain(ctx context.Context, table string, batch func() (int64, error)) (int, error) {
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -136,7 +133,7 @@ func (j *Janitor) drain(ctx context.Context, table, queue string, batch func() (
 		}
 		total += int(n)
 		if j.OnBatch != nil {
-			j.OnBatch(Batch{Table: table, Queue: queue, Deleted: int(n), Duration: time.Since(start)})
+			j.OnBatch(Batch{Table: table, Deleted: int(n), Duration: time.Since(start)})
 		}
 		if int(n) < j.cfg.BatchSize {
 			return total, nil

@@ -49,17 +49,32 @@ func Of(q storage.Queue) Limits {
 	return l
 }
 
-// RefreshInterval is how often a Settings reloads every queue's limits, which bounds
-// how long a change made on another replica takes to apply here.
+// RefreshInterval is how often a Settings reads the queues changed since its last
+// look, which bounds how long a change made on another replica takes to apply here.
 const RefreshInterval = 500 * time.Millisecond
 
-// Settings is one replica's cache of every queue's limits, reloaded from PostgreSQL
-// every RefreshInterval. A queue the cache has not seen yet is looked up at once.
+// FullRefreshInterval is how often a Settings reloads every queue, which bounds how
+// long a queue deleted on another replica stays in this cache.
+const FullRefreshInterval = time.Minute
+
+// changeSlack is how far before its last look a refresh reads: a change whose
+// transaction took its updated_at before that look but committed after it is
+// still seen.
+const changeSlack = 5 * time.Second
+
+// Settings is one replica's cache of every queue's limits: it reads the queues
+// changed since its last look every RefreshInterval (a cost that follows the
+// changes, not the number of queues) and reloads them all every
+// FullRefreshInterval. A queue the cache has not seen yet is looked up at once.
 type Settings struct {
 	store *storage.Store
 	log   *slog.Logger
 	mu    sync.RWMutex
 	byQ   map[string]Limits
+
+	refreshMu sync.Mutex
+	since     time.Time // database clock of the last look
+	lastFull  time.Time
 }
 
 // NewSettings returns an empty cache; call Run to keep it fresh.
@@ -100,8 +115,33 @@ func (s *Settings) Forget(queue string) {
 	s.mu.Unlock()
 }
 
-// Refresh reloads every queue's limits.
+// Refresh reads the queues changed since the last call, or every queue when the last
+// full reload is FullRefreshInterval old.
 func (s *Settings) Refresh(ctx context.Context) error {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
+	if s.since.IsZero() || time.Since(s.lastFull) >= FullRefreshInterval {
+		return s.reloadAll(ctx)
+	}
+	qs, now, err := s.store.QueuesChangedSince(ctx, s.since.Add(-changeSlack))
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, q := range qs {
+		s.byQ[q.Name] = Of(q)
+	}
+	s.mu.Unlock()
+	s.since = now
+	return nil
+}
+
+// reloadAll replaces the cache with every queue's limits.
+func (s *Settings) reloadAll(ctx context.Context) error {
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		return err
+	}
 	qs, err := s.store.ListQueues(ctx)
 	if err != nil {
 		return err
@@ -113,6 +153,7 @@ func (s *Settings) Refresh(ctx context.Context) error {
 	s.mu.Lock()
 	s.byQ = byQ
 	s.mu.Unlock()
+	s.since, s.lastFull = now, time.Now()
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/tally"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/sealer"
@@ -129,6 +130,7 @@ type Server struct {
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
 	Janitor    *janitor.Janitor
+	Tally      *tally.Folder
 	Auth       *auth.Guard
 }
 
@@ -202,14 +204,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
-	s.API.OnDue = func(string) { s.Dispatcher.Wake() }
-	s.API.OnLow, s.API.LowWater = func(string) { s.Dispatcher.WakeLow() }, dispatcher.LowWater
+	s.API.OnDue = s.Dispatcher.Wake
+	s.API.OnLow, s.API.LowWater = s.Dispatcher.WakeLow, dispatcher.LowWater
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention},
 		log.With("component", "janitor"))
+	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
-		s.Dispatcher.Wake() // retries scheduled by the reclaim: plan for them
 		for _, r := range ended {
+			s.Dispatcher.Wake(r.Queue) // a retry scheduled by the reclaim: plan for it
 			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
 			s.Telemetry.Reclaimed(r.Queue, r.Outcome)
 			s.Telemetry.Transition(telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
@@ -282,7 +285,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	httpServer := &http.Server{Handler: s.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 6) // one for each goroutine below, so none blocks
 	run := func(name string, fn func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -297,6 +300,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	run("dispatcher", s.Dispatcher.Run)
 	run("watchdog", s.Watchdog.Run)
 	run("janitor", s.Janitor.Run)
+	run("tally", s.Tally.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -40,20 +40,6 @@ func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	return time.Duration(*wait * float64(time.Second)), true, nil
 }
 
-// ListClaimed returns up to limit tasks of queue mirrored into the buffer at least
-// minAge ago and not yet taken by a worker.
-func (s *Store) ListClaimed(ctx context.Context, queue string, minAge time.Duration, limit int) ([]Buffered, error) {
-	rows, err := s.pool.Query(ctx, listClaimed, queue, ms(minAge), limit)
-	if err != nil {
-		return nil, fmt.Errorf("list buffered tasks of %s: %w", queue, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Buffered])
-	if err != nil {
-		return nil, fmt.Errorf("list buffered tasks of %s: %w", queue, err)
-	}
-	return out, nil
-}
-
 // ClaimTasks gives workerID a lease of the given length on each of ids that is still
 // claimable, records the new attempts, and returns the claimed tasks (LeaseToken and
 // LeaseExpiresAt set) in the order of ids. Ids that are no longer claimable are

@@ -14,31 +14,6 @@ type QueueState struct {
 	OldestPendingAge float64          // seconds; 0 when nothing is waiting
 }
 
-// QueueStates returns every queue's task counts by status.
-func (s *Store) QueueStates(ctx context.Context) (map[string]QueueState, error) {
-	rows, err := s.pool.Query(ctx, depthByQueue, Statuses)
-	if err != nil {
-		return nil, fmt.Errorf("queue states: %w", err)
-	}
-	out := map[string]QueueState{}
-	var queue, status string
-	var count int64
-	var oldest float64
-	_, err = pgx.ForEachRow(rows, []any{&queue, &status, &count, &oldest}, func() error {
-		st, ok := out[queue]
-		if !ok {
-			st = QueueState{Depth: make(map[string]int64, len(Statuses)), OldestPendingAge: max(oldest, 0)}
-		}
-		st.Depth[status] = count
-		out[queue] = st
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue states: %w", err)
-	}
-	return out, nil
-}
-
 // WorkerHeartbeatAges returns, for each worker seen within the window, how long ago
 // it last heartbeated.
 func (s *Store) WorkerHeartbeatAges(ctx context.Context, window time.Duration) (map[string]time.Duration, error) {

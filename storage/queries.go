@@ -26,8 +26,10 @@ RETURNING ` + queueColumns
 // until the deleting transaction ends.
 const lockQueueForDelete = `SELECT name FROM queues WHERE name = $1 FOR UPDATE`
 
-const countLiveTasks = `SELECT count(*) FROM tasks
-WHERE queue = $1 AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead')`
+// holdsLiveTasks: does the queue hold a task that is not finished (or is dead)?
+// EXISTS stops at the first, however large the backlog.
+const holdsLiveTasks = `SELECT EXISTS (SELECT 1 FROM tasks
+WHERE queue = $1 AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead'))`
 
 const deleteQueue = `DELETE FROM queues WHERE name = $1`
 
@@ -101,18 +103,64 @@ RETURNING ` + taskColumnsOf + `, prev.status AS from_status`
 
 const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
 
-const queueDepth = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status`
+// Tally: the counts that migration 0008's triggers keep (see tally.go).
 
-// queueRates: over the window ($2 ms) of finished attempts. Cancelled and released
-// attempts are neither successes nor failures: the error rate leaves them out.
-const queueRates = `SELECT
-	count(*) FILTER (WHERE status = 'succeeded'),
-	count(*) FILTER (WHERE status IN ('failed', 'abandoned', 'timed_out')),
-	count(*) FILTER (WHERE status NOT IN ('cancelled', 'released')),
-	(SELECT extract(epoch FROM now() - min(scheduled_at))::float8 FROM tasks
-		WHERE queue = $1 AND status IN ('pending', 'claimed', 'retry') AND scheduled_at <= now())
-FROM attempts
-WHERE queue = $1 AND finished_at IS NOT NULL AND finished_at > now() - $2 * interval '1 millisecond'`
+// foldTally moves up to $1 of the oldest deltas into queue_tally and returns how
+// many it moved. DELETE ... RETURNING takes each delta exactly once, whatever the
+// number of replicas folding; SKIP LOCKED lets them fold different deltas at once,
+// and the ordered upsert keeps two folders from deadlocking on the same totals.
+const foldTally = `WITH d AS (
+	DELETE FROM queue_tally_delta WHERE id IN (
+		SELECT id FROM queue_tally_delta ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+	RETURNING queue, metric, bucket, delta
+), folded AS (
+	INSERT INTO queue_tally AS t (queue, metric, bucket, n)
+	SELECT queue, metric, bucket, sum(delta)::bigint FROM d
+	GROUP BY queue, metric, bucket ORDER BY queue, metric, bucket
+	ON CONFLICT (queue, metric, bucket) DO UPDATE SET n = t.n + EXCLUDED.n
+)
+SELECT count(*) FROM d`
+
+// tallyWindow is the start of the throughput window: the last five whole 10-second
+// buckets and the current one, so the window is 50 to 60 seconds long.
+const tallyWindow = `date_bin('10 seconds', now(), 'epoch') - interval '50 seconds'`
+
+// queueTally sums the totals and the deltas not folded yet of the queues $1 (NULL =
+// every queue): task counts by status, and attempt outcomes within the window, with
+// the window's length in seconds. Its cost is the number of such rows: a few per
+// status and per bucket, however many tasks the queues hold.
+const queueTally = `WITH w AS (SELECT ` + tallyWindow + ` AS start)
+SELECT c.queue, c.metric, sum(c.n)::bigint, extract(epoch FROM now() - w.start)::float8
+FROM (
+	SELECT queue, metric, bucket, n FROM queue_tally WHERE $1::text[] IS NULL OR queue = ANY($1)
+	UNION ALL
+	SELECT queue, metric, bucket, delta FROM queue_tally_delta WHERE $1::text[] IS NULL OR queue = ANY($1)
+) c, w
+WHERE c.bucket = '-infinity' OR c.bucket >= w.start
+GROUP BY c.queue, c.metric, w.start`
+
+// oldestWaiting is, for each queue of $1, the age in seconds of its oldest task
+// that is due and not yet running: the head of its due pending and retry tasks
+// (one probe of tasks_queue_due_idx) or its oldest buffered task (bounded by the
+// buffer's size), whichever is older.
+const oldestWaiting = `SELECT q.name, extract(epoch FROM now() - least(
+	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status IN ('pending', 'retry')
+		AND scheduled_at <= now()),
+	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status = 'claimed'
+		AND scheduled_at <= now())))::float8
+FROM unnest($1::text[]) AS q(name)`
+
+// deleteQueueTally forgets the figures of a queue being deleted (or created afresh).
+const deleteQueueTally = `WITH gone AS (DELETE FROM queue_tally WHERE queue = $1)
+DELETE FROM queue_tally_delta WHERE queue = $1`
+
+// deleteOldBuckets deletes attempt-outcome buckets older than $1 ms (the totals of
+// task statuses stay).
+const deleteOldBuckets = `DELETE FROM queue_tally WHERE bucket <> '-infinity'
+	AND bucket < now() - $1 * interval '1 millisecond'`
+
+// recountQueue counts a queue's tasks by status the slow way, for CheckTally.
+const recountQueue = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status`
 
 // dispatchDue moves up to $2 due tasks of a queue from pending/retry to claimed, in
 // buffer order: by eligible time plus $3 ms per priority level (strict priority when
@@ -136,27 +184,53 @@ UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
 RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent`
 
-// nextDue is how many seconds until the earliest waiting task of an unpaused queue
-// becomes due (NULL when none waits), read from the head of each priority level
-// through tasks_dispatch_idx.
-const nextDue = `SELECT extract(epoch FROM min(head.scheduled_at) - now())::float8
-FROM queues q
-CROSS JOIN generate_series(1, 10) AS level(priority)
-CROSS JOIN LATERAL (
-	SELECT scheduled_at FROM tasks
-	WHERE queue = q.name AND status IN ('pending', 'retry') AND priority = level.priority
-		AND scheduled_at > now()
-	ORDER BY scheduled_at
-	LIMIT 1
-) head
-WHERE NOT q.paused`
+// nextDue is how many seconds until the earliest waiting task becomes due (NULL
+// when none waits): one probe of tasks_due_at_idx, whatever the number of queues. A
+// paused queue's task may answer; the pass it wakes then finds nothing to move.
+const nextDue = `SELECT extract(epoch FROM min(scheduled_at) - now())::float8 FROM tasks
+WHERE status IN ('pending', 'retry') AND scheduled_at > now()`
 
-// listClaimed returns tasks mirrored into the buffer at least $2 ms ago, so the
-// dispatcher can re-add entries that Redis lost.
-const listClaimed = `SELECT id, priority, scheduled_at, status AS from_status, traceparent FROM tasks
-WHERE queue = $1 AND status = 'claimed' AND dispatched_at <= now() - $2 * interval '1 millisecond'
-ORDER BY dispatched_at
-LIMIT $3`
+// newlyDue lists the unpaused queues holding a pending or retry task that became due
+// after $1 (and is due now), with the database clock, which the caller passes back as
+// the next $1. It reads tasks_due_at_idx from $1 on: its cost is the number of tasks
+// that became due, not the number of queues or of waiting tasks.
+const newlyDue = `SELECT coalesce(array_agg(DISTINCT d.queue) FILTER (WHERE NOT q.paused), '{}'), now()
+FROM (SELECT queue FROM tasks
+	WHERE status IN ('pending', 'retry') AND scheduled_at > $1 AND scheduled_at <= now()) d
+JOIN queues q ON q.name = d.queue`
+
+// dueQueues lists every unpaused queue holding a due pending or retry task: the
+// periodic sweep's one statement, one probe of tasks_queue_due_idx per queue.
+const dueQueues = `SELECT q.name FROM queues q
+WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
+	WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.scheduled_at <= now())`
+
+// dbNow is the database clock.
+const dbNow = `SELECT now()`
+
+// queuesNamed returns the named queues' settings.
+const queuesNamed = `SELECT ` + queueColumns + ` FROM queues WHERE name = ANY($1::text[])`
+
+// queuesChangedSince returns the queues updated at or after $1, with the database
+// clock for the next call.
+const queuesChangedSince = `SELECT ` + queueColumns + `, now() AS read_at FROM queues WHERE updated_at >= $1`
+
+// listBuffered pages through every queue's buffered tasks mirrored at least $3 ms
+// ago, in (dispatched_at, id) order after ($1, $2), up to $4 of them, so the repair
+// pass checks a bounded number per statement whatever the number of queues.
+const listBuffered = `SELECT id, queue, priority, scheduled_at, status AS from_status, traceparent,
+	dispatched_at FROM tasks
+WHERE status = 'claimed' AND dispatched_at <= now() - $3 * interval '1 millisecond'
+	AND ($1::timestamptz IS NULL OR (dispatched_at, id) > ($1, $2::uuid))
+ORDER BY dispatched_at, id
+LIMIT $4`
+
+// executingInCappedQueues lists the executing tasks of every queue with a
+// concurrency cap, to rebuild the slots; bounded by the caps' sum.
+const executingInCappedQueues = `SELECT q.name, coalesce(array_agg(t.id) FILTER (WHERE t.id IS NOT NULL), '{}')
+FROM queues q LEFT JOIN tasks t ON t.queue = q.name AND t.status = 'executing'
+WHERE q.max_concurrency IS NOT NULL
+GROUP BY q.name`
 
 // claimTasks turns buffered ids that are still 'claimed' into executing tasks, each
 // for the worker given with it ($1 ids, $2 worker ids), with a fresh lease, and
@@ -308,16 +382,6 @@ const reclaimExpired = `WITH cur AS (
 )
 SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at FROM ended`
 
-// depthByQueue counts every queue's tasks by status (zero rows included), with the
-// age of its oldest due task not yet running, for the metrics collector.
-const depthByQueue = `SELECT q.name, s.status, count(t.id),
-	coalesce((SELECT extract(epoch FROM now() - min(p.scheduled_at))::float8 FROM tasks p
-		WHERE p.queue = q.name AND p.status IN ('pending', 'claimed', 'retry') AND p.scheduled_at <= now()), 0)
-FROM queues q
-CROSS JOIN unnest($1::text[]) AS s(status)
-LEFT JOIN tasks t ON t.queue = q.name AND t.status = s.status
-GROUP BY q.name, s.status`
-
 // workerHeartbeatAges: seconds since each worker seen within $1 ms last heartbeated.
 const workerHeartbeatAges = `SELECT id, extract(epoch FROM now() - last_heartbeat_at)::float8 FROM workers
 WHERE last_heartbeat_at > now() - $1 * interval '1 millisecond'`
@@ -367,6 +431,9 @@ RETURNING ` + taskColumns
 
 const discardDead = `DELETE FROM tasks WHERE queue = $1 AND id = $2 AND status = 'dead'`
 
+// queueNames lists every queue's name, in order.
+const queueNames = `SELECT name FROM queues ORDER BY name`
+
 const queueExists = `SELECT EXISTS (SELECT 1 FROM queues WHERE name = $1)`
 
 // Retention
@@ -374,20 +441,15 @@ const queueExists = `SELECT EXISTS (SELECT 1 FROM queues WHERE name = $1)`
 // setRetentionTimeouts bounds the rest of a retention transaction: $1 is in ms.
 const setRetentionTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
 
-// retentionQueues lists the queues whose finished tasks the janitor sweeps.
-const retentionQueues = `SELECT name FROM queues ORDER BY name`
-
-// deleteExpiredTasks deletes up to $3 done or cancelled tasks of queue $1 that
-// finished more than $2 ms ago; their attempts go by ON DELETE CASCADE. A task is
-// created before it finishes, so the created_at bound (redundant otherwise) lets
-// tasks_status_list_idx find the candidates without scanning the table. SKIP LOCKED
-// leaves rows that another transaction holds to a later batch.
+// deleteExpiredTasks deletes up to $2 done or cancelled tasks of any queue that
+// finished more than $1 ms ago, oldest first through tasks_finished_idx; their
+// attempts go by ON DELETE CASCADE. SKIP LOCKED leaves rows that another transaction
+// holds to a later batch.
 const deleteExpiredTasks = `WITH doomed AS (
 	SELECT id FROM tasks
-	WHERE queue = $1 AND status IN ('done', 'cancelled')
-		AND created_at < now() - $2 * interval '1 millisecond'
-		AND finished_at < now() - $2 * interval '1 millisecond'
-	LIMIT $3
+	WHERE status IN ('done', 'cancelled') AND finished_at < now() - $1 * interval '1 millisecond'
+	ORDER BY finished_at
+	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`

@@ -2,16 +2,25 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// CreateQueue creates q. It returns ErrQueueExists when the name is taken.
+// CreateQueue creates q. It returns ErrQueueExists when the name is taken. Figures
+// that a deleted queue of the same name left in the tally are forgotten with it.
 func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
-	rows, err := s.pool.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-		q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
-	out, err := one[Queue](rows, err, ErrQueueExists)
+	var out Queue
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
+		if out, err = one[Queue](rows, err, ErrQueueExists); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, deleteQueueTally, q.Name)
+		return err
+	})
 	if err != nil {
 		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
 	}
@@ -66,24 +75,27 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 }
 
 // DeleteQueue deletes an empty queue together with its finished (done or cancelled)
-// tasks. It returns ErrQueueNotEmpty while the queue holds unfinished or dead tasks.
+// tasks and its tally. It returns ErrQueueNotEmpty while the queue holds unfinished or dead tasks.
 func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var locked string
 		if err := tx.QueryRow(ctx, lockQueueForDelete, name).Scan(&locked); err != nil {
-			if err == pgx.ErrNoRows {
+			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrQueueNotFound
 			}
 			return err
 		}
-		var live int64
-		if err := tx.QueryRow(ctx, countLiveTasks, name).Scan(&live); err != nil {
+		var live bool
+		if err := tx.QueryRow(ctx, holdsLiveTasks, name).Scan(&live); err != nil {
 			return err
 		}
-		if live > 0 {
+		if live {
 			return ErrQueueNotEmpty
 		}
-		_, err := tx.Exec(ctx, deleteQueue, name)
+		if _, err := tx.Exec(ctx, deleteQueue, name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, deleteQueueTally, name) // after the cascade's own deltas
 		return err
 	})
 	if err != nil {

@@ -15,27 +15,15 @@ import (
 // transaction holds, so a batch never waits on live traffic and live traffic waits
 // on a batch for at most that batch's duration.
 
-// QueueNames returns the name of every queue, in order.
-func (s *Store) QueueNames(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, retentionQueues)
+// DeleteExpiredTasks deletes up to limit done or cancelled tasks, of any queue,
+// whose finished_at is more than olderThan ago on the database clock, oldest first,
+// together with their attempts, and returns how many tasks it deleted. Dead tasks are
+// never deleted here (only a discard removes them). The transaction is bounded by
+// timeout.
+func (s *Store) DeleteExpiredTasks(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
+	n, err := s.shortDelete(ctx, timeout, deleteExpiredTasks, ms(olderThan), limit)
 	if err != nil {
-		return nil, fmt.Errorf("list queue names: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list queue names: %w", err)
-	}
-	return names, nil
-}
-
-// DeleteExpiredTasks deletes up to limit done or cancelled tasks of queue whose
-// finished_at is more than olderThan ago on the database clock, together with their
-// attempts, and returns how many tasks it deleted. Dead tasks are never deleted here
-// (only a discard removes them). The transaction is bounded by timeout.
-func (s *Store) DeleteExpiredTasks(ctx context.Context, queue string, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
-	n, err := s.shortDelete(ctx, timeout, deleteExpiredTasks, queue, ms(olderThan), limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete expired tasks of %s: %w", queue, err)
+		return 0, fmt.Errorf("delete expired tasks: %w", err)
 	}
 	return n, nil
 }

@@ -226,53 +226,6 @@ func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Can
 	return t, nil
 }
 
-// Stats summarises queue: depth by status, and rates over StatsWindow.
-func (s *Store) Stats(ctx context.Context, queue string) (Stats, error) {
-	st := Stats{Queue: queue, Depth: make(map[string]int64, len(Statuses))}
-	for _, status := range Statuses {
-		st.Depth[status] = 0
-	}
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		var ok bool
-		if err := tx.QueryRow(ctx, queueExists, queue).Scan(&ok); err != nil {
-			return err
-		}
-		if !ok {
-			return ErrQueueNotFound
-		}
-		rows, err := tx.Query(ctx, queueDepth, queue)
-		if err != nil {
-			return err
-		}
-		var status string
-		var count int64
-		if _, err := pgx.ForEachRow(rows, []any{&status, &count}, func() error {
-			st.Depth[status] = count
-			return nil
-		}); err != nil {
-			return err
-		}
-		var succeeded, failed, finished int64
-		var oldest *float64
-		if err := tx.QueryRow(ctx, queueRates, queue, ms(StatsWindow)).Scan(&succeeded, &failed, &finished, &oldest); err != nil {
-			return err
-		}
-		st.ThroughputPerSec = float64(succeeded) / StatsWindow.Seconds()
-		if finished > 0 {
-			st.ErrorRate = float64(failed) / float64(finished)
-		}
-		if oldest != nil && *oldest > 0 {
-			st.OldestPendingAgeSecond = *oldest
-		}
-		st.DLQDepth = st.Depth[StatusDead]
-		return nil
-	})
-	if err != nil {
-		return Stats{}, fmt.Errorf("stats of %s: %w", queue, err)
-	}
-	return st, nil
-}
-
 // ListDead returns up to limit dead tasks of queue, most recently died first, and the
 // cursor of the next page.
 func (s *Store) ListDead(ctx context.Context, queue string, limit int, after *Cursor) ([]Task, *Cursor, error) {
