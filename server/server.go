@@ -212,7 +212,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
 		for _, r := range ended {
-			s.Dispatcher.Wake(r.Queue) // a retry scheduled by the reclaim: plan for it
+			s.Dispatcher.Wake(r.Queue)                                  // a retry scheduled by the reclaim: plan for it
 			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
 			s.Telemetry.Reclaimed(r.Queue, r.Outcome)
 			s.Telemetry.Transition(telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
