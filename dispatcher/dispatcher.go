@@ -61,6 +61,18 @@ type Config struct {
 	RepairPage int
 	// Telemetry receives dispatch transitions; nil disables them.
 	Telemetry *telemetry.Telemetry
+	// OnPass, when set, hears of every pass Run makes, after it (tests use it to
+	// wait for a pass instead of sleeping). It runs on Run's goroutine.
+	OnPass func(Pass)
+}
+
+// Pass describes one pass of Run.
+type Pass struct {
+	Timed  bool           // it looked for tasks that became due
+	Sweep  bool           // it looked at every queue
+	Queues []string       // the queues it dispatched (topped up), sorted
+	Moved  map[string]int // tasks moved into each queue's buffer
+	Err    error
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -185,12 +197,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if sweep {
 			lastSweep = time.Now()
 		}
-		if _, err := d.pass(ctx, timed, sweep); err != nil && ctx.Err() == nil {
-			d.log.Warn("dispatch pass failed", "err", err)
+		p := d.pass(ctx, timed, sweep)
+		if p.Err != nil && ctx.Err() == nil {
+			d.log.Warn("dispatch pass failed", "err", p.Err)
 		}
 		if time.Since(lastRepair) >= d.cfg.RepairInterval {
 			lastRepair = time.Now()
-			if n, err := d.repairStep(ctx); err != nil && ctx.Err() == nil {
+			if n, err := d.RepairStep(ctx); err != nil && ctx.Err() == nil {
 				d.log.Warn("buffer repair failed", "err", err)
 			} else if n > 0 {
 				d.log.Info("re-added lost buffer entries", "count", n)
@@ -202,13 +215,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			deadline = next
 			tick.Reset(time.Until(deadline))
 		}
+		if d.cfg.OnPass != nil {
+			d.cfg.OnPass(p)
+		}
 	}
 }
 
 // pass dispatches the queues woken since the last pass; when timed, also those whose
 // waiting tasks became due; when sweep (or asked by WakeAll), every queue with due
 // work.
-func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) (int, error) {
+func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 	d.mu.Lock()
 	queues := make([]string, 0, len(d.wanted))
 	for q := range d.wanted {
@@ -238,8 +254,10 @@ func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) (int, error) {
 		}
 		errs = append(errs, err)
 	}
-	n, err := d.DispatchQueues(ctx, queues...)
-	return n, errors.Join(append(errs, err)...)
+	p := Pass{Timed: timed, Sweep: sweep, Moved: map[string]int{}}
+	p.Queues, errs = d.dispatch(ctx, queues, p.Moved, errs)
+	p.Err = errors.Join(errs...)
+	return p
 }
 
 // nextPass is how long to sleep: until the earliest waiting task becomes due (a
@@ -313,17 +331,29 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 // not paused) from their due tasks and returns how many tasks it moved. Its cost
 // follows the number of queues named, whatever the number that exist.
 func (d *Dispatcher) DispatchQueues(ctx context.Context, names ...string) (int, error) {
+	moved := map[string]int{}
+	_, errs := d.dispatch(ctx, names, moved, nil)
+	total := 0
+	for _, n := range moved {
+		total += n
+	}
+	return total, errors.Join(errs...)
+}
+
+// dispatch tops up the named queues, records what it moved into each in moved, and
+// returns the queues it looked at (sorted) and errs with its own errors appended.
+func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[string]int, errs []error) ([]string, []error) {
 	if len(names) == 0 {
-		return 0, nil
+		return nil, errs
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	queues, err := d.store.QueuesNamed(ctx, names)
 	if err != nil {
-		return 0, err
+		return names, append(errs, err)
 	}
 	active := queues[:0]
-	names = names[:0]
+	names = make([]string, 0, len(queues))
 	for _, q := range queues {
 		if !q.Paused { // a paused queue's tasks stay in PostgreSQL
 			active = append(active, q)
@@ -332,28 +362,28 @@ func (d *Dispatcher) DispatchQueues(ctx context.Context, names ...string) (int, 
 	}
 	sizes, err := d.buf.Sizes(ctx, names)
 	if err != nil {
-		return 0, err
+		return names, append(errs, err)
 	}
-	total := 0
-	var errs []error
 	for _, q := range active {
 		weight := buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)
 		room := d.cfg.BufferTarget - int(sizes[q.Name])
 		for room > 0 {
 			batch := min(room, d.cfg.BatchSize)
-			moved, err := d.dispatchQueue(ctx, q.Name, batch, weight)
-			total += moved
+			n, err := d.dispatchQueue(ctx, q.Name, batch, weight)
+			if n > 0 {
+				moved[q.Name] += n
+			}
 			if err != nil {
 				errs = append(errs, err)
 				break
 			}
-			if moved < batch {
+			if n < batch {
 				break
 			}
-			room -= moved
+			room -= n
 		}
 	}
-	return total, errors.Join(errs...)
+	return names, errs
 }
 
 func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int, weight int64) (int, error) {
@@ -376,10 +406,11 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 	return len(tasks), nil
 }
 
-// repairStep rebuilds the concurrency slots of capped queues and checks one page of
+// RepairStep rebuilds the concurrency slots of capped queues and checks one page of
 // buffered tasks, resuming where the last step ended; when Redis has lost its data
 // since the last look, it checks every page at once.
-func (d *Dispatcher) repairStep(ctx context.Context) (int, error) {
+// It returns how many entries it re-added. Run calls it every RepairInterval.
+func (d *Dispatcher) RepairStep(ctx context.Context) (int, error) {
 	if err := d.syncSlots(ctx); err != nil {
 		return 0, err
 	}
