@@ -107,6 +107,40 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 	return tasks, attempts
 }
 
+// tallyDrift compares, per queue and status, the counts the transitions kept (the
+// folded totals plus the deltas not folded yet) with count(*), and returns the
+// differences as "queue/status kept K, counted N".
+func (h *harness) tallyDrift() []string {
+	var drift []string
+	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
+		rows, err := h.db.Query(ctx, `WITH kept AS (
+				SELECT queue, metric AS status, sum(n)::bigint AS n FROM (
+					SELECT queue, metric, n FROM queue_tally WHERE bucket = '-infinity'
+					UNION ALL
+					SELECT queue, metric, delta FROM queue_tally_delta WHERE bucket = '-infinity') k
+				GROUP BY 1, 2),
+			counted AS (SELECT queue, status, count(*) AS n FROM tasks GROUP BY 1, 2)
+			SELECT coalesce(k.queue, c.queue), coalesce(k.status, c.status), coalesce(k.n, 0), coalesce(c.n, 0)
+			FROM kept k FULL JOIN counted c ON c.queue = k.queue AND c.status = k.status
+			WHERE coalesce(k.n, 0) <> coalesce(c.n, 0)`)
+		if err != nil {
+			return err
+		}
+		drift = drift[:0]
+		var queue, status string
+		var kept, counted int64
+		_, err = pgx.ForEachRow(rows, []any{&queue, &status, &kept, &counted}, func() error {
+			drift = append(drift, fmt.Sprintf("%s/%s kept %d, counted %d", queue, status, kept, counted))
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		h.t.Fatalf("compare kept counts: %v", err)
+	}
+	return drift
+}
+
 // verify checks the final state in PostgreSQL against the plan and what the
 // producer, the probes and the fault log recorded.
 func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
@@ -331,6 +365,8 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	rep.add("enqueue problems (4xx, conflicts, never answered)", len(l.problems), l.problems)
 	rep.add("late acks/nacks of paused workers accepted", len(lateAccepted), lateAccepted)
 	rep.add("stale-lease probe calls not refused with 409, or changing state", len(probeBad), probeBad)
+	drift := h.tallyDrift()
+	rep.add("queue/status counts whose kept figure differs from count(*)", len(drift), drift)
 	rep.info("stale-lease probe calls made (heartbeat, ack, nack; before and while re-leased)", staleCalls)
 	inconclusive := 0
 	for _, pr := range in.probes {
