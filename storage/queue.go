@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -71,7 +72,7 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var locked string
 		if err := tx.QueryRow(ctx, lockQueueForDelete, name).Scan(&locked); err != nil {
-			if err == pgx.ErrNoRows {
+			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrQueueNotFound
 			}
 			return err
