@@ -777,3 +777,38 @@ func TestPollWhoseWorkerHungUpReleasesItsTasks(t *testing.T) {
 		t.Fatalf("history: %+v", h)
 	}
 }
+
+// TestPollKeepsTasksWhenALaterQueueFails: when a later queue of a poll fails after
+// an earlier one gave tasks, the poll hands those tasks out and logs the failure.
+func TestPollKeepsTasksWhenALaterQueueFails(t *testing.T) {
+	t.Parallel()
+	var logs testserver.LogBuffer
+	s := testserver.Start(t, testserver.Options{Log: &logs})
+	s.CreateQueue("a", nil)
+	s.CreateQueue("b", nil)
+	task := s.Enqueue("a", map[string]any{"payload": 1})
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val() == 1
+	})
+	// A value of the wrong type under b's buffer key makes every pop from b fail.
+	if err := s.Redis.Set(t.Context(), s.Server.Buffer.Key("b"), "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Poll("w", []string{"a", "b"}, 2, 0)
+	if len(p) != 1 || p[0].ID != task.ID {
+		t.Fatalf("poll: %+v, want the task of a", p)
+	}
+	if got := s.Task("a", task.ID); got.Status != "executing" {
+		t.Fatalf("handed-out task: %s", got.Status)
+	}
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "poll answered with the tasks it claimed before a queue failed") &&
+			strings.Contains(line, "WRONGTYPE") && strings.Contains(line, `"worker_id":"w"`) {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("the failure of queue b was not logged:\n%s", logs.String())
+	}
+}
