@@ -21,6 +21,11 @@ import (
 
 const (
 	workerBodyLimit = 64 << 10
+	// pollAcksBodyLimit bounds a poll that carries acks. Only their results make a
+	// poll larger than workerBodyLimit; the Go SDK puts results of at most 16 KiB in
+	// a poll, so its 100 acks stay well below. Acks with larger results go through
+	// /workers/ack or /workers/ack/batch.
+	pollAcksBodyLimit = 2 << 20
 	maxWorkerIDLen  = 200
 	maxPollQueues   = 50
 	maxPollTasks    = 100
@@ -75,8 +80,12 @@ func validWorkerID(id string) error {
 
 func (s *Server) poll(c *gin.Context) {
 	var req pollRequest
-	size, err := decodeSized(c, workerBodyLimit+maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req)
+	size, err := decodeSized(c, pollAcksBodyLimit, &req)
 	if err != nil {
+		if toAPIError(err).Code == CodePayloadTooLarge {
+			err = tooLarge("a poll must be at most %d bytes, or %d with acks; send acks with large results to /workers/ack/batch",
+				workerBodyLimit, pollAcksBodyLimit)
+		}
 		s.fail(c, err)
 		return
 	}
