@@ -21,17 +21,17 @@ import (
 
 const (
 	workerBodyLimit = 64 << 10
-	// pollAcksBodyLimit bounds a poll that carries acks. Only their results make a
-	// poll larger than workerBodyLimit; the Go SDK puts results of at most 16 KiB in
-	// a poll, so its 100 acks stay well below. Acks with larger results go through
-	// /workers/ack or /workers/ack/batch.
-	pollAcksBodyLimit = 2 << 20
 	maxWorkerIDLen  = 200
 	maxPollQueues   = 50
 	maxPollTasks    = 100
 	maxWaitMs       = 30000
 	// workerRecordEvery throttles how often one replica records a polling worker as alive.
 	workerRecordEvery = time.Second
+	// pollAcksBodyLimit bounds a poll that carries acks. Only their results make a
+	// poll larger than workerBodyLimit; the Go SDK puts results of at most 16 KiB in
+	// a poll, so its 100 acks stay well below. Acks with larger results go through
+	// /workers/ack or /workers/ack/batch.
+	pollAcksBodyLimit = 2 << 20
 )
 
 type pollRequest struct {
