@@ -35,7 +35,7 @@ import (
 )
 
 // Config is everything a replica needs. Zero durations and sizes take the defaults
-// of DESIGN §5.
+// that `taskforge serve` documents (README, Configuration).
 type Config struct {
 	DatabaseURL string // required
 	RedisURL    string // required unless Redis is given
