@@ -1,4 +1,4 @@
-// Package api serves TaskForge's HTTP contract (DESIGN §4): queues, tasks, the
+// Package api serves TaskForge's HTTP contract (docs/api.md): queues, tasks, the
 // worker protocol, the dead-letter queue and health endpoints.
 //
 // Handlers validate every input before touching anything (bad input gets a 4xx JSON

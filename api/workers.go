@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -26,6 +27,11 @@ const (
 	maxWaitMs       = 30000
 	// workerRecordEvery throttles how often one replica records a polling worker as alive.
 	workerRecordEvery = time.Second
+	// pollAcksBodyLimit bounds a poll that carries acks. Only their results make a
+	// poll larger than workerBodyLimit; the Go SDK puts results of at most 16 KiB in
+	// a poll, so its 100 acks stay well below. Acks with larger results go through
+	// /workers/ack or /workers/ack/batch.
+	pollAcksBodyLimit = 2 << 20
 )
 
 type pollRequest struct {
@@ -74,8 +80,12 @@ func validWorkerID(id string) error {
 
 func (s *Server) poll(c *gin.Context) {
 	var req pollRequest
-	size, err := decodeSized(c, workerBodyLimit+maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req)
+	size, err := decodeSized(c, pollAcksBodyLimit, &req)
 	if err != nil {
+		if toAPIError(err).Code == CodePayloadTooLarge {
+			err = tooLarge("a poll must be at most %d bytes, or %d with acks; send acks with large results to /workers/ack/batch",
+				workerBodyLimit, pollAcksBodyLimit)
+		}
 		s.fail(c, err)
 		return
 	}
@@ -153,6 +163,13 @@ func (s *Server) poll(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	if err != nil {
+		// A later queue failed after earlier ones gave tasks: those are claimed for
+		// this worker, so they go out; the error is logged here, and the worker's
+		// next poll meets it again while it lasts.
+		s.log.Warn("poll answered with the tasks it claimed before a queue failed",
+			"worker_id", req.WorkerID, "claimed", len(res.tasks), "err", err)
+	}
 	if len(res.tasks) > 0 && c.Request.Context().Err() != nil {
 		// The worker hung up while its tasks were being claimed (a worker stopping
 		// mid-poll): nobody will read this answer, so release them at once rather
@@ -208,7 +225,10 @@ func (s *Server) longPoll(ctx context.Context, p pollSpec, wait time.Duration) (
 	if p.prefetch {
 		// A wake-up for a queue the poll skips would be wasted on it, and another
 		// waiter not woken.
-		parkOn = s.uncapped(ctx, p.queues)
+		var err error
+		if parkOn, err = s.uncapped(ctx, p.queues); err != nil {
+			return pollResult{}, err
+		}
 	}
 	for {
 		res, err := s.claim(ctx, p)
@@ -241,15 +261,21 @@ func (s *Server) longPoll(ctx context.Context, p pollSpec, wait time.Duration) (
 	}
 }
 
-// uncapped is the queues among queues that exist and have no concurrency cap.
-func (s *Server) uncapped(ctx context.Context, queues []string) []string {
+// uncapped is the queues among queues that exist and have no concurrency cap. It
+// fails when a queue's settings cannot be read: guessing would leave the poll parked
+// on too few queues, deaf to their wake-ups.
+func (s *Server) uncapped(ctx context.Context, queues []string) ([]string, error) {
 	var out []string
 	for _, q := range queues {
-		if l, ok, err := s.limits.Get(ctx, q); err == nil && ok && l.MaxConcurrency == 0 {
+		l, ok, err := s.limits.Get(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("settings of queue %s: %w", q, err)
+		}
+		if ok && l.MaxConcurrency == 0 {
 			out = append(out, q)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (s *Server) isDraining() bool {
@@ -272,7 +298,7 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		}
 		limits, ok, err := s.limits.Get(ctx, q)
 		if err != nil {
-			return res, err
+			return res, fmt.Errorf("settings of queue %s: %w", q, err)
 		}
 		if !ok || (p.prefetch && limits.MaxConcurrency > 0) {
 			continue // unknown queue, or a capped one a prefetch would hold a slot of

@@ -777,3 +777,89 @@ func TestPollWhoseWorkerHungUpReleasesItsTasks(t *testing.T) {
 		t.Fatalf("history: %+v", h)
 	}
 }
+
+// TestPollBodyBounds: a poll without acks is at most 64 KiB and one with acks at most
+// 2 MiB; a larger one gets a 413 JSON error and neither acks nor claims anything.
+func TestPollBodyBounds(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	for i := 0; i < 2; i++ {
+		s.Enqueue("q", map[string]any{"payload": i})
+	}
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 2
+	})
+	held := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(held) != 1 {
+		t.Fatalf("polled %d tasks, want 1", len(held))
+	}
+	tooLarge := func(what string, body any) {
+		t.Helper()
+		resp := s.Do("POST", "/workers/poll", body)
+		if resp.Status != 413 || resp.ErrorCode(t) != "payload_too_large" {
+			t.Fatalf("%s: %d %.300s", what, resp.Status, resp.Body)
+		}
+	}
+	tooLarge("padded poll without acks", `{"worker_id": "w", "queues": ["q"]`+strings.Repeat(" ", 64<<10)+`}`)
+	result := `"` + strings.Repeat("r", 700<<10) + `"` // each within the 1 MiB result limit
+	ack := func(result string) string {
+		return `{"task_id": "` + held[0].ID + `", "lease_token": "` + held[0].LeaseToken + `", "result": ` + result + `}`
+	}
+	tooLarge("poll with acks over 2 MiB", `{"worker_id": "w", "queues": ["q"], "acks": [`+ack(result)+`, `+ack(result)+`, `+ack(result)+`]}`)
+	if got := s.Task("q", held[0].ID); got.Status != "executing" {
+		t.Fatalf("a refused poll acked its task: %s", got.Status)
+	}
+	if n := s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val(); n != 1 {
+		t.Fatalf("a refused poll took tasks: the buffer holds %d, want 1", n)
+	}
+	// A large result within the bound still travels with the poll.
+	var out struct {
+		Tasks []testserver.Polled
+		Acks  []struct {
+			Error *struct{ Code string } `json:"error"`
+		}
+	}
+	s.Must(200, "POST", "/workers/poll", `{"worker_id": "w", "queues": ["q"], "acks": [`+ack(result)+`]}`).JSON(t, &out)
+	if len(out.Acks) != 1 || out.Acks[0].Error != nil || len(out.Tasks) != 1 {
+		t.Fatalf("poll with one large ack: acks %+v, %d tasks", out.Acks, len(out.Tasks))
+	}
+	if got := s.Task("q", held[0].ID); got.Status != "done" {
+		t.Fatalf("acked task: %s", got.Status)
+	}
+}
+
+// TestPollKeepsTasksWhenALaterQueueFails: when a later queue of a poll fails after
+// an earlier one gave tasks, the poll hands those tasks out and logs the failure.
+func TestPollKeepsTasksWhenALaterQueueFails(t *testing.T) {
+	t.Parallel()
+	var logs testserver.LogBuffer
+	s := testserver.Start(t, testserver.Options{Log: &logs})
+	s.CreateQueue("a", nil)
+	s.CreateQueue("b", nil)
+	task := s.Enqueue("a", map[string]any{"payload": 1})
+	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val() == 1
+	})
+	// A value of the wrong type under b's buffer key makes every pop from b fail.
+	if err := s.Redis.Set(t.Context(), s.Server.Buffer.Key("b"), "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Poll("w", []string{"a", "b"}, 2, 0)
+	if len(p) != 1 || p[0].ID != task.ID {
+		t.Fatalf("poll: %+v, want the task of a", p)
+	}
+	if got := s.Task("a", task.ID); got.Status != "executing" {
+		t.Fatalf("handed-out task: %s", got.Status)
+	}
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "poll answered with the tasks it claimed before a queue failed") &&
+			strings.Contains(line, "WRONGTYPE") && strings.Contains(line, `"worker_id":"w"`) {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("the failure of queue b was not logged:\n%s", logs.String())
+	}
+}

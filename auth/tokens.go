@@ -24,7 +24,7 @@ const (
 	tokenBodyLimit = 16 << 10
 )
 
-// queueName is the API's queue-name pattern (DESIGN §4).
+// queueName is the API's queue-name pattern (docs/api.md, Queues).
 var queueName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // Spec describes a token to create.

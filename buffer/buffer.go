@@ -193,8 +193,11 @@ func (b *Buffer) Reconcile(ctx context.Context, queue string, executing []uuid.U
 		args = append(args, id.String())
 	}
 	res, err := lua.Reconcile.Run(ctx, b.rdb, []string{b.RunningKey(queue), b.queueKey(queue, "synced")}, args...).Int64Slice()
-	if err != nil || len(res) != 2 {
-		return 0, 0, fmt.Errorf("reconcile slots of %s: %v %w", queue, res, err)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reconcile slots of %s: %w", queue, err)
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("reconcile slots of %s: the script returned %v, want [added freed]", queue, res)
 	}
 	return int(res[0]), int(res[1]), nil
 }

@@ -139,3 +139,40 @@ func BenchmarkPop(b *testing.B) {
 		popped++
 	}
 }
+
+// A stale duplicate (an id already holding a concurrency slot) is dropped by the
+// pop without spending a rate-limit token: it hands no work out, so the token stays
+// for the next real task.
+func TestStaleDuplicateSpendsNoToken(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		// Two tokens and a refill far slower than the test, so every token is counted.
+		limits := ratelimit.Limits{Rate: 0.001, Burst: 2, MaxConcurrency: 5}
+		if _, _, err := b.Reconcile(ctx, "q", nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		running := storage.Buffered{ID: uuid.New(), Priority: 5, ScheduledAt: now}
+		fresh := storage.Buffered{ID: uuid.New(), Priority: 5, ScheduledAt: now.Add(time.Second)}
+		if err := b.Add(ctx, "q", []storage.Buffered{running, fresh}, buffer.LevelWeightMs(0)); err != nil {
+			t.Fatal(err)
+		}
+		first, err := b.Pop(ctx, "q", 1, limits) // the first token
+		if err != nil || len(first.Entries) != 1 || first.Entries[0].ID != running.ID {
+			t.Fatalf("first pop: %+v %v", first, err)
+		}
+		// The buffer repair re-adds the running task's id, ahead of the fresh one.
+		dup := storage.Buffered{ID: running.ID, Priority: 1, ScheduledAt: now}
+		if err := b.Add(ctx, "q", []storage.Buffered{dup}, buffer.LevelWeightMs(0)); err != nil {
+			t.Fatal(err)
+		}
+		stale, err := b.Pop(ctx, "q", 1, limits)
+		if err != nil || len(stale.Entries) != 0 {
+			t.Fatalf("the stale duplicate was handed out: %+v %v", stale, err)
+		}
+		last, err := b.Pop(ctx, "q", 1, limits) // the second token, still there
+		if err != nil || len(last.Entries) != 1 || last.Entries[0].ID != fresh.ID {
+			t.Fatalf("the fresh task was held back (a token spent on the duplicate?): %+v %v", last, err)
+		}
+	})
+}

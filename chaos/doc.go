@@ -1,6 +1,6 @@
-// Package chaos is TaskForge's fault-injection suite. It proves invariant 1 of
-// DESIGN §3 (no task is lost) together with 2 and 3 (one valid lease at a time; a
-// done task never runs again) against the real thing: its tests build the
+// Package chaos is TaskForge's fault-injection suite. It proves invariant 1 (no
+// task is lost) together with 2 and 3 (one valid lease at a time; a done task
+// never runs again) against the real thing: its tests build the
 // taskforge binary, start a throwaway PostgreSQL and Redis, three `taskforge serve`
 // replicas behind a small round-robin TCP proxy and eight reference workers
 // (`taskforge worker`), enqueue thousands of tasks through the API while a seeded

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Task statuses (DESIGN §2).
+// Task statuses (docs/api.md, Tasks).
 const (
 	StatusPending   = "pending"
 	StatusClaimed   = "claimed"

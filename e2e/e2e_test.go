@@ -1,6 +1,7 @@
 // Package e2e_test drives whole TaskForge replicas, in-process and as separate
 // processes, through concurrency, Redis data loss and replica crashes, then checks
-// PostgreSQL directly for the invariants of DESIGN §3.
+// PostgreSQL directly for TaskForge's invariants (no task lost, one valid lease at
+// a time, a done task never runs again).
 package e2e_test
 
 import (

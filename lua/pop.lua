@@ -63,6 +63,22 @@ local popped = {}
 if allowed > 0 then
   popped = redis.call('ZPOPMIN', KEYS[1], allowed)
 end
+
+if cap > 0 and #popped > 0 then
+  -- An id that already holds a slot is a stale duplicate of a task being claimed or
+  -- run (the buffer repair re-added it): drop it, so that its failed claim cannot
+  -- release the slot of the task that really runs. It is dropped before the bucket
+  -- is charged: a duplicate hands out no work, so it spends no token.
+  local now_ms = math.floor(now_us / 1000)
+  local kept = {}
+  for i = 1, #popped, 2 do
+    if redis.call('ZADD', KEYS[3], 'NX', now_ms, popped[i]) == 1 then
+      kept[#kept + 1] = popped[i]
+      kept[#kept + 1] = popped[i + 1]
+    end
+  end
+  popped = kept
+end
 local n = #popped / 2
 
 local retry_after = 0
@@ -75,21 +91,6 @@ if rate > 0 then
   if n < want and tokens < 1 and redis.call('ZCARD', KEYS[1]) > 0 then
     retry_after = math.ceil((1 - tokens) / rate * 1000)
   end
-end
-
-if cap > 0 and n > 0 then
-  -- An id that already holds a slot is a stale duplicate of a task being claimed or
-  -- run (the buffer repair re-added it): drop it, so that its failed claim cannot
-  -- release the slot of the task that really runs.
-  local now_ms = math.floor(now_us / 1000)
-  local kept = {}
-  for i = 1, #popped, 2 do
-    if redis.call('ZADD', KEYS[3], 'NX', now_ms, popped[i]) == 1 then
-      kept[#kept + 1] = popped[i]
-      kept[#kept + 1] = popped[i + 1]
-    end
-  end
-  popped = kept
 end
 
 local out = {0, retry_after, now_us, redis.call('ZCARD', KEYS[1])}

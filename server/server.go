@@ -36,7 +36,7 @@ import (
 )
 
 // Config is everything a replica needs. Zero durations and sizes take the defaults
-// of DESIGN §5.
+// that `taskforge serve` documents (README, Configuration).
 type Config struct {
 	DatabaseURL string // required
 	RedisURL    string // required unless Redis is given
@@ -284,23 +284,30 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// Requests get their own context, so that in-flight ones can finish during the drain.
 	httpServer := &http.Server{Handler: s.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
+	loops := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"wake listener", s.API.Run},
+		{"dispatcher", s.Dispatcher.Run},
+		{"watchdog", s.Watchdog.Run},
+		{"janitor", s.Janitor.Run},
+		{"tally", s.Tally.Run},
+	}
 	var wg sync.WaitGroup
-	errc := make(chan error, 6) // one for each goroutine below, so none blocks
-	run := func(name string, fn func(context.Context) error) {
+	// Room for every sender (each loop and the HTTP server), so that none blocks
+	// when several fail together and wg.Wait below always returns.
+	errc := make(chan error, len(loops)+1)
+	for _, l := range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(ctx); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
+			if err := l.run(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", l.name, err)
 				cancel()
 			}
 		}()
 	}
-	run("wake listener", s.API.Run)
-	run("dispatcher", s.Dispatcher.Run)
-	run("watchdog", s.Watchdog.Run)
-	run("janitor", s.Janitor.Run)
-	run("tally", s.Tally.Run)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

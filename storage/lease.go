@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -99,7 +100,7 @@ func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Dur
 func (s *Store) Heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration) (Lease, error) {
 	var l Lease
 	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease)).Scan(&l.ExpiresAt, &l.CancelRequested)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrLeaseLost
 	}
 	if err != nil {

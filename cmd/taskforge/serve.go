@@ -19,7 +19,7 @@ import (
 )
 
 // serverFlags binds every server setting to a flag whose default comes from its
-// environment variable (DESIGN §5), so each setting is both.
+// environment variable, so each setting is both.
 type serverFlags struct {
 	cfg       server.Config
 	logFormat string
@@ -105,7 +105,11 @@ func serveCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a TaskForge replica: API, dispatcher and watchdog",
-		Args:  cobra.NoArgs,
+		Long: `Run a TaskForge replica: the HTTP API, the dispatcher, the watchdog and the
+retention janitor. A flag whose help names an environment variable takes its
+default from that variable. Spans are exported over OTLP/HTTP when
+$OTEL_EXPORTER_OTLP_ENDPOINT is set (with the other standard OTEL_* variables).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(f.envErrs...); err != nil {
 				return exitError{2, err}

@@ -94,8 +94,9 @@ func workerCommand() *cobra.Command {
   echo   acks with the payload as the result
 
 Queues are polled in the order given. On SIGTERM or SIGINT the worker stops
-polling, waits up to --grace for running tasks, then hands the rest back to the
-server for another worker (a retryable nack with no delay) and exits 0.`,
+polling, waits up to --grace for running tasks, then releases the rest
+(POST /workers/release) so another worker takes them at once, without spending
+their retry budget, and exits 0.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(queues) == 0 {
