@@ -91,7 +91,7 @@ func toAPIError(err error) *Error {
 	switch {
 	case errors.Is(err, errCommitTimeout):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Message: "PostgreSQL did not finish the commit in time; it may still take effect; retry later"}
+			Message: "PostgreSQL did not finish the commit in time; it may have taken effect; retry later"}
 	case errors.Is(err, errCommitOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "too many requests are waiting for a commit on this replica; retry later"}

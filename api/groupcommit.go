@@ -21,7 +21,8 @@ import (
 // errors.go maps them to API errors.
 var (
 	// errCommitTimeout: a try did not finish within its deadline. Whether it took
-	// effect is unknown (PostgreSQL may commit it after the connection was dropped).
+	// effect is unknown: pgx drops the connection and asks PostgreSQL to cancel the
+	// statement, but it may have committed just before.
 	errCommitTimeout = errors.New("group commit timed out")
 	// errCommitOverloaded: too many items were already waiting; nothing was tried.
 	errCommitOverloaded = errors.New("group commit queue full")
@@ -210,8 +211,8 @@ func (g *groupCommit[I, O]) run(ctx context.Context, batch []waiting[I, O]) {
 
 // tries runs the batch's tries, retrying only a try that failed before anything
 // reached PostgreSQL. A try that timed out is never retried: it may have been
-// committed all the same (the connection is dropped, but the server may finish the
-// statement), and neither statement tolerates a repeat. A repeated ack finds its
+// committed all the same (pgx cancels the statement, but the cancel can arrive
+// after the commit), and neither statement tolerates a repeat. A repeated ack finds its
 // task done rather than executing and would answer lease_lost for an ack that
 // succeeded; a repeated claim finds its tasks executing and would drop them, leased
 // to a worker that never learns the token. The caller gets a 503 instead, and the
