@@ -26,8 +26,8 @@ var (
 	errCommitTimeout = errors.New("group commit timed out")
 	// errCommitOverloaded: too many items were already waiting; nothing was tried.
 	errCommitOverloaded = errors.New("group commit queue full")
-	// errCommitPanicked: the batch's function panicked; nothing is known to be
-	// committed, as for any failed statement.
+	// errCommitPanicked: the batch's function panicked. A panic before its
+	// statement changed nothing; one after it leaves what the statement committed.
 	errCommitPanicked = errors.New("group commit panicked")
 )
 
