@@ -70,6 +70,19 @@ func lockTask(t *testing.T, dbURL, id string) (unlock func()) {
 	return unlock
 }
 
+// waitLockWaitersGone waits until no backend of the test's database waits for a
+// lock: a statement that timed out was cancelled, not left to run once the lock goes.
+func waitLockWaitersGone(t *testing.T, dbURL string) {
+	t.Helper()
+	conn := dbConn(t, dbURL)
+	testserver.Eventually(t, signalWait, "the timed-out statement cancelled", func() bool {
+		var n int
+		err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n == 0
+	})
+}
+
 // ackAsync acks p in the background; its response arrives on the channel.
 func ackAsync(s *testserver.Instance, p testserver.Polled) <-chan testserver.Response {
 	ch := make(chan testserver.Response, 1)
@@ -129,9 +142,8 @@ func commitFailures(t *testing.T, s *testserver.Instance, commit, reason string)
 // TestGroupCommitTimesOutWhenPostgresHangs: acks whose shared statement blocks on a
 // row lock get 503 once the commit timeout passes, though the lock is still held;
 // the ack committed before them is unaffected, and once the lock is gone acks
-// commit again. Whether the statement that timed out took effect is unknown (pgx
-// cancels it, but a cancel can come too late): a repeated ack leaves the task done
-// exactly once either way.
+// commit again. The statement that timed out is cancelled (pgx asks PostgreSQL to),
+// so it leaves nothing behind and the acks can be repeated.
 func TestGroupCommitTimesOutWhenPostgresHangs(t *testing.T) {
 	t.Parallel()
 	s, ps := commitReplica(t, testserver.Options{}, 500*time.Millisecond, 0, 4)
@@ -178,18 +190,40 @@ func TestGroupCommitTimesOutWhenPostgresHangs(t *testing.T) {
 		t.Fatalf("timeouts counted: %d, want 1", n)
 	}
 
+	waitLockWaitersGone(t, s.Config.DatabaseURL)
 	unlock()
 	if r := s.Ack("w", later); r.Status != 200 {
 		t.Fatalf("ack after the lock was released: %d %s", r.Status, r.Body)
 	}
 	for _, p := range []testserver.Polled{hung, other} {
-		// 409 had the timed-out statement committed after all, 200 as it was cancelled.
-		if r := s.Ack("w", p); r.Status != 200 && r.Status != 409 {
+		if r := s.Ack("w", p); r.Status != 200 {
 			t.Fatalf("repeated ack of %s: %d %s", p.ID, r.Status, r.Body)
 		}
 		if task := s.Task("q", p.ID); task.Status != "done" || len(task.AttemptHistory) != 1 || task.AttemptHistory[0].Status != "succeeded" {
 			t.Fatalf("task %s after its repeated ack: %s, history %+v", p.ID, task.Status, task.AttemptHistory)
 		}
+	}
+}
+
+// TestGroupCommitClaimTimesOutWhenPostgresHangs: a poll whose claim blocks on a row
+// lock gets 503 at the commit timeout, gives its ids back to the buffer, and the
+// next poll after the lock is gone gets the task.
+func TestGroupCommitClaimTimesOutWhenPostgresHangs(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.CommitTimeout = 500 * time.Millisecond }})
+	s.CreateQueue("q", nil)
+	task := s.Enqueue("q", map[string]any{"payload": 1})
+	testserver.Eventually(t, signalWait, "task buffered", func() bool { return s.Task("q", task.ID).Status == "claimed" })
+	unlock := lockTask(t, s.Config.DatabaseURL, task.ID)
+	r := s.Do("POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"q"}, "max_tasks": 1, "wait_ms": 0})
+	wantUnavailable(t, "poll whose claim hangs", r, "did not finish the commit in time")
+	if n := commitFailures(t, s, "claim", "timeout"); n != 1 {
+		t.Fatalf("claim timeouts counted: %d, want 1", n)
+	}
+	waitLockWaitersGone(t, s.Config.DatabaseURL)
+	unlock()
+	if got := s.Poll("w", []string{"q"}, 1, 5000); len(got) != 1 || got[0].ID != task.ID || got[0].Attempt != 1 {
+		t.Fatalf("poll after the lock was released: %+v, want the task's first attempt", got)
 	}
 }
 
