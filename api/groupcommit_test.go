@@ -38,7 +38,7 @@ func commitReplica(t *testing.T, opts testserver.Options, timeout time.Duration,
 	}
 	var got []testserver.Polled
 	for len(got) < n {
-		got = append(got, s.Poll("w", []string{"q"}, n-len(got), 2000)...)
+		got = append(got, s.Poll("w", []string{"q"}, min(n-len(got), 100), 2000)...)
 	}
 	return s, got
 }
@@ -415,5 +415,51 @@ func TestGroupCommitLeaderHandsOff(t *testing.T) {
 	unlock()
 	if r := recv(t, behindResp, "answer once the lock is released"); r.Status != 200 {
 		t.Fatalf("ack behind the lock: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestGroupCommitUnderConcurrentPanics: streams of concurrent acks while every third batch
+// panics: every ack is answered (200, or 500 for a batch that panicked), the queue
+// keeps passing between requests, and each failed ack succeeds when repeated.
+func TestGroupCommitUnderConcurrentPanics(t *testing.T) {
+	t.Parallel()
+	const n = 120
+	s, ps := commitReplica(t, testserver.Options{}, 0, 0, n)
+	var tries atomic.Int32
+	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{Try: func(context.Context, int) {
+		if tries.Add(1)%3 == 0 {
+			panic("injected by the test")
+		}
+	}})
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	const senders = 8 // each acks its share one after the other: many small batches
+	for k := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; i < n; i += senders {
+				codes[i] = s.Ack("w", ps[i]).Status
+			}
+		}()
+	}
+	wg.Wait()
+	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{})
+	failed := 0
+	for i, code := range codes {
+		switch code {
+		case 200:
+		case 500:
+			failed++
+			if r := s.Ack("w", ps[i]); r.Status != 200 {
+				t.Fatalf("repeat of ack %d after its batch panicked: %d %s", i, r.Status, r.Body)
+			}
+		default:
+			t.Fatalf("ack %d: status %d", i, code)
+		}
+	}
+	t.Logf("%d tries, %d acks failed by a panic", tries.Load(), failed)
+	if panics := commitFailures(t, s, "ack", "panic"); panics != int(tries.Load())/3 || (panics > 0) != (failed > 0) {
+		t.Fatalf("panics counted: %d for %d tries and %d failed acks", panics, tries.Load(), failed)
 	}
 }
