@@ -88,6 +88,14 @@ func toAPIError(err error) *Error {
 	if errors.As(err, &apiErr) {
 		return apiErr
 	}
+	switch {
+	case errors.Is(err, errCommitTimeout):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "PostgreSQL did not finish the commit in time; it may have taken effect; retry later"}
+	case errors.Is(err, errCommitOverloaded):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "too many requests are waiting for a commit on this replica; retry later"}
+	}
 	for _, m := range storageErrors {
 		if errors.Is(err, m.err) {
 			msg := m.err.Error()

@@ -5,3 +5,23 @@ import "context"
 // SetAfterClaim makes s call f with the poll's request context after each claim
 // commits, before the poll answers (for tests of what happens in between).
 func SetAfterClaim(s *Server, f func(context.Context)) { s.afterClaim = f }
+
+// CommitHooks watch and steer a Server's group commit (of acks, or of claims), for
+// tests that need to know when a batch runs or to hold it.
+type CommitHooks struct {
+	// Queued runs after a request's items joined the queue, with how many wait.
+	Queued func(waiting int)
+	// Try runs at the start of each try, under its deadline and inside its panic
+	// guard: a panic here is a panic of the batch.
+	Try func(ctx context.Context, items int)
+}
+
+// SetAckCommitHooks installs h on s's group commit of acks.
+func SetAckCommitHooks(s *Server, h CommitHooks) {
+	s.acks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+}
+
+// SetClaimCommitHooks installs h on s's group commit of claims.
+func SetClaimCommitHooks(s *Server, h CommitHooks) {
+	s.claims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+}

@@ -2,110 +2,295 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
-// groupCommit gives concurrent requests one shared transaction, the way River's
-// batch completer does, without a timer or a background goroutine: the first caller
-// to find no commit running becomes the committer and commits everything queued,
-// batch after batch, until the queue is empty; requests arriving meanwhile join the
-// next batch. Under load, batches grow to fill the commit time; when idle, a request
-// commits alone at once. Once submitted, an item is committed even if its caller
-// hangs up, so the answer is never a guess.
+// Errors a group commit answers its callers with when the batch fails as a whole;
+// errors.go maps them to API errors.
+var (
+	// errCommitTimeout: a try did not finish within its deadline. Whether it took
+	// effect is unknown: pgx drops the connection and asks PostgreSQL to cancel the
+	// statement, but it may have committed just before.
+	errCommitTimeout = errors.New("group commit timed out")
+	// errCommitOverloaded: too many items were already waiting; nothing was tried.
+	errCommitOverloaded = errors.New("group commit queue full")
+	// errCommitPanicked: the batch's function panicked. A panic before its
+	// statement changed nothing; one after it leaves what the statement committed.
+	errCommitPanicked = errors.New("group commit panicked")
+)
+
+// Retries of a try that failed before anything reached PostgreSQL.
+const (
+	commitTries      = 3
+	commitRetryPause = 10 * time.Millisecond // times the try number
+)
+
+// groupCommit gives concurrent requests one shared statement, the way River's batch
+// completer does, without a timer or a background goroutine: the first caller to
+// find no commit running becomes the committer and commits the queue batch by batch.
+// Requests arriving meanwhile join the next batch, so under load batches grow to fill
+// the commit time, and when idle a request commits alone at once.
+//
+// Its guarantees:
+//   - Each try runs under a deadline (timeout); a try that exceeds it fails its
+//     batch's callers with errCommitTimeout instead of holding them.
+//   - A panic in commit fails that batch's callers with errCommitPanicked; the
+//     committer goes on with the next batch.
+//   - At most limit items wait (the running batch aside); beyond, do fails at once
+//     with errCommitOverloaded.
+//   - A committer serves only until its own items are answered, then hands the
+//     queue to a waiting caller: since the queue is FIFO, every batch it commits
+//     holds work queued before its own, so it never waits for others' work longer
+//     than it would have anyway.
+//
+// Once submitted, an item is tried even if its caller hangs up, so the answer is
+// never a guess.
 type groupCommit[I, O any] struct {
-	max    int
-	commit func(ctx context.Context, items []I) []O // one outcome per item, in order
+	name    string        // "ack" or "claim": metrics, logs and errors
+	max     int           // items per batch, unless one caller brings more
+	limit   int           // items that may wait for a batch
+	timeout time.Duration // bound of one try
+	// commit commits items in one statement and returns one outcome per item, in
+	// order, or the error that failed them all. It must return soon after ctx ends.
+	commit func(ctx context.Context, items []I) ([]O, error)
+	tel    *telemetry.Telemetry
+	log    *slog.Logger
+	hooks  atomic.Pointer[commitHooks] // set only by tests
 
 	mu         sync.Mutex
 	pending    []waiting[I, O]
-	committing bool
+	committing bool          // a caller is committing, or has been handed the queue
+	lead       chan struct{} // holds the queue while it passes between callers
+}
+
+// commitHooks let tests see and steer a group commit (export_test.go).
+type commitHooks struct {
+	// queued runs after a caller's items joined the queue, with the number waiting.
+	queued func(waiting int)
+	// try runs at the start of each try, inside its deadline and panic guard.
+	try func(ctx context.Context, items int)
 }
 
 type waiting[I, O any] struct {
-	item I
-	done chan O
+	item  I
+	first bool                 // the first item of its caller: a batch may end before it
+	done  chan commitResult[O] // buffered: the committer never blocks on it
 }
 
-// do commits items (with whatever else is queued) and returns their outcomes.
-func (g *groupCommit[I, O]) do(ctx context.Context, items ...I) []O {
+type commitResult[O any] struct {
+	out O
+	err error
+}
+
+// newGroupCommit returns a group commit of batches of up to max items, with up to
+// limit items waiting and each try bounded by timeout.
+func newGroupCommit[I, O any](name string, max, limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger,
+	commit func(ctx context.Context, items []I) ([]O, error)) *groupCommit[I, O] {
+	return &groupCommit[I, O]{name: name, max: max, limit: limit, timeout: timeout, commit: commit, tel: tel, log: log,
+		lead: make(chan struct{}, 1)}
+}
+
+// do commits items (with whatever else is queued) and returns their outcomes, or
+// the error that failed their batch: errCommitOverloaded (nothing was tried),
+// errCommitTimeout (the outcome is unknown), errCommitPanicked, or the statement's
+// error. ctx's values reach the statement; its cancellation does not.
+func (g *groupCommit[I, O]) do(ctx context.Context, items ...I) ([]O, error) {
 	ws := make([]waiting[I, O], len(items))
 	g.mu.Lock()
+	// A request larger than the limit is let in alone, or it could never be.
+	if len(g.pending) > 0 && len(g.pending)+len(items) > g.limit {
+		g.mu.Unlock()
+		g.tel.GroupCommitFailed(g.name, "overload")
+		return nil, fmt.Errorf("%s: %d items already waiting: %w", g.name, g.limit, errCommitOverloaded)
+	}
 	for i, it := range items {
-		ws[i] = waiting[I, O]{item: it, done: make(chan O, 1)}
+		ws[i] = waiting[I, O]{item: it, first: i == 0, done: make(chan commitResult[O], 1)}
 		g.pending = append(g.pending, ws[i])
 	}
 	lead := !g.committing
 	g.committing = true
+	queued := len(g.pending)
 	g.mu.Unlock()
+	if h := g.hooks.Load(); h != nil && h.queued != nil {
+		h.queued(queued)
+	}
 
+	base := context.WithoutCancel(ctx)
 	if lead {
-		g.commitAll(context.WithoutCancel(ctx))
+		g.serve(base, ws)
 	}
 	out := make([]O, len(items))
-	for i, w := range ws {
-		out[i] = <-w.done
+	var err error
+	for i := range ws {
+		var r commitResult[O]
+		select {
+		case r = <-ws[i].done: // answered: leave a handed-off queue to others
+		default:
+			select {
+			case r = <-ws[i].done:
+			case <-g.lead:
+				g.serve(base, ws[i:])
+				r = <-ws[i].done // serve returns once ws[i:] are answered
+			}
+		}
+		out[i] = r.out
+		if r.err != nil && err == nil {
+			err = r.err
+		}
 	}
-	return out
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-// commitAll commits queued items until none are left, then steps down.
-func (g *groupCommit[I, O]) commitAll(ctx context.Context) {
+// serve commits batches until own are all answered, then steps down when the queue
+// is empty or hands it to a waiting caller. Some caller with items queued is always
+// waiting on g.lead, so the hand-off is always taken.
+func (g *groupCommit[I, O]) serve(ctx context.Context, own []waiting[I, O]) {
 	for {
 		g.mu.Lock()
 		n := min(len(g.pending), g.max)
-		if n == 0 {
+		for n < len(g.pending) && !g.pending[n].first {
+			n++ // one caller's items share a batch: they succeed or fail together
+		}
+		switch {
+		case n == 0:
 			g.committing = false
 			g.mu.Unlock()
+			return
+		case answered(own):
+			g.mu.Unlock()
+			g.lead <- struct{}{} // never blocks: only the committer sends, and only once
 			return
 		}
 		batch := g.pending[:n:n]
 		g.pending = g.pending[n:]
 		g.mu.Unlock()
+		g.run(ctx, batch)
+	}
+}
 
-		items := make([]I, n)
-		for i, w := range batch {
-			items[i] = w.item
+// answered reports whether every item of ws has its answer waiting.
+func answered[I, O any](ws []waiting[I, O]) bool {
+	for _, w := range ws {
+		if len(w.done) == 0 {
+			return false
 		}
-		for i, o := range g.commit(ctx, items) {
-			batch[i].done <- o
+	}
+	return true
+}
+
+// run commits one batch and answers each of its callers.
+func (g *groupCommit[I, O]) run(ctx context.Context, batch []waiting[I, O]) {
+	items := make([]I, len(batch))
+	for i, w := range batch {
+		items[i] = w.item
+	}
+	out, err := g.tries(ctx, items)
+	for i, w := range batch {
+		if err != nil {
+			w.done <- commitResult[O]{err: err}
+		} else {
+			w.done <- commitResult[O]{out: out[i]}
 		}
 	}
 }
 
-// ackOutcome is an ack's result: the done task, or an error (storage.ErrLeaseLost
-// when the lease was not held).
+// tries runs the batch's tries, retrying only a try that failed before anything
+// reached PostgreSQL. A try that timed out is never retried: it may have been
+// committed all the same (pgx cancels the statement, but the cancel can arrive
+// after the commit), and neither statement tolerates a repeat. A repeated ack finds its
+// task done rather than executing and would answer lease_lost for an ack that
+// succeeded; a repeated claim finds its tasks executing and would drop them, leased
+// to a worker that never learns the token. The caller gets a 503 instead, and the
+// ambiguity is its to resolve (an SDK repeating an ack may get 409 for a task that
+// is done).
+func (g *groupCommit[I, O]) tries(ctx context.Context, items []I) ([]O, error) {
+	for try := 1; ; try++ {
+		out, err := g.try(ctx, items)
+		if err == nil || try == commitTries || !neverSent(err) {
+			return out, err
+		}
+		time.Sleep(time.Duration(try) * commitRetryPause)
+	}
+}
+
+// neverSent reports whether err certainly happened before the statement reached
+// PostgreSQL (no connection could be made, or the write failed at once), so that
+// trying again cannot apply it twice.
+func neverSent(err error) bool {
+	var connectErr *pgconn.ConnectError
+	return !errors.Is(err, errCommitTimeout) && !errors.Is(err, errCommitPanicked) &&
+		(errors.As(err, &connectErr) || pgconn.SafeToRetry(err))
+}
+
+// try runs commit once under the deadline, turning a panic into errCommitPanicked.
+func (g *groupCommit[I, O]) try(ctx context.Context, items []I) (out []O, err error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			g.tel.GroupCommitFailed(g.name, "panic")
+			g.log.Error("group commit panicked; its batch failed", "commit", g.name, "items", len(items),
+				"panic", r, "stack", string(debug.Stack()))
+			out, err = nil, fmt.Errorf("%s of %d items: %v: %w", g.name, len(items), r, errCommitPanicked)
+		}
+	}()
+	if h := g.hooks.Load(); h != nil && h.try != nil {
+		h.try(ctx, len(items))
+	}
+	out, err = g.commit(ctx, items)
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		g.tel.GroupCommitFailed(g.name, "timeout")
+		return nil, fmt.Errorf("%s of %d items not done within %s (%w): %w", g.name, len(items), g.timeout, err, errCommitTimeout)
+	case err == nil && len(out) != len(items):
+		return nil, fmt.Errorf("%s: %d outcomes for %d items", g.name, len(out), len(items))
+	}
+	return out, err
+}
+
+// ackOutcome is an ack's result: the done task, or storage.ErrLeaseLost when the
+// lease was not held.
 type ackOutcome struct {
 	task storage.Task
 	err  error
 }
 
 // newAckCommit group-commits acks (up to 500 per statement).
-func newAckCommit(store *storage.Store) *groupCommit[storage.AckItem, ackOutcome] {
-	return &groupCommit[storage.AckItem, ackOutcome]{max: 500, commit: func(ctx context.Context, items []storage.AckItem) []ackOutcome {
-		out := make([]ackOutcome, len(items))
+func newAckCommit(store *storage.Store, limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
+	return newGroupCommit("ack", 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
 		acked, err := store.AckMany(ctx, items)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]ackOutcome, len(items))
 		for i, it := range items {
 			t, ok := acked[it.TaskID]
-			switch {
-			case err != nil:
-				out[i].err = err
-			case ok && t.LeaseToken != nil && *t.LeaseToken == it.LeaseToken:
+			if ok && t.LeaseToken != nil && *t.LeaseToken == it.LeaseToken {
 				// Only the first of duplicate acks in one batch wins, as if they
 				// had been committed one after the other.
 				delete(acked, it.TaskID)
 				out[i].task = t
-			default:
-				out[i].err = fmt.Errorf("ack task %s: %w", it.TaskID, storage.ErrLeaseLost)
+				continue
 			}
+			out[i].err = fmt.Errorf("ack task %s: %w", it.TaskID, storage.ErrLeaseLost)
 		}
-		return out
-	}}
+		return out, nil
+	})
 }
 
 // claimRequest is one poll's claim: popped ids for one worker.
@@ -114,37 +299,32 @@ type claimRequest struct {
 	workerID string
 }
 
-// claimOutcome is the tasks a claim request won, in the order of its ids.
-type claimOutcome struct {
-	tasks []storage.Task
-	err   error
-}
-
-// newClaimCommit group-commits the claims of concurrent polls (up to 1,000 ids per
-// statement), so workers polling one task at a time still share commits.
-func newClaimCommit(store *storage.Store, lease time.Duration) *groupCommit[claimRequest, claimOutcome] {
-	return &groupCommit[claimRequest, claimOutcome]{max: 100, commit: func(ctx context.Context, reqs []claimRequest) []claimOutcome {
+// newClaimCommit group-commits the claims of concurrent polls (up to 100 polls per
+// statement), so workers polling one task at a time still share commits. Each
+// outcome is the tasks its poll won, in the order of its ids.
+func newClaimCommit(store *storage.Store, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+	log *slog.Logger) *groupCommit[claimRequest, []storage.Task] {
+	return newGroupCommit("claim", 100, limit, timeout, tel, log, func(ctx context.Context, reqs []claimRequest) ([][]storage.Task, error) {
 		var items []storage.ClaimItem
 		for _, r := range reqs {
 			for _, id := range r.ids {
 				items = append(items, storage.ClaimItem{TaskID: id, WorkerID: r.workerID})
 			}
 		}
-		out := make([]claimOutcome, len(reqs))
 		claimed, err := store.ClaimMany(ctx, items, lease)
+		if err != nil {
+			return nil, err
+		}
+		out := make([][]storage.Task, len(reqs))
 		for i, r := range reqs {
-			if err != nil {
-				out[i].err = err
-				continue
-			}
 			for _, id := range r.ids {
 				// An id popped twice (a stale duplicate) goes to one request only.
 				if t, ok := claimed[id]; ok && t.ClaimedBy != nil && *t.ClaimedBy == r.workerID {
-					out[i].tasks = append(out[i].tasks, t)
+					out[i] = append(out[i], t)
 					delete(claimed, id)
 				}
 			}
 		}
-		return out
-	}}
+		return out, nil
+	})
 }

@@ -40,6 +40,14 @@ type Config struct {
 	// WakeFallback bounds how long a long-poll waits between buffer checks when no
 	// wake-up arrives (a lost pub/sub message). Defaults to 1s.
 	WakeFallback time.Duration
+	// CommitTimeout bounds each try of a group commit (the shared statement of
+	// concurrent acks, or of concurrent polls' claims); its callers get 503 when it
+	// passes, and the statement may or may not have taken effect. Defaults to 5s.
+	CommitTimeout time.Duration
+	// CommitMaxWaiting bounds the acks, and apart from them the polls, waiting for
+	// a group commit behind the one running; beyond it, requests get 503 at once.
+	// Defaults to 2,000.
+	CommitMaxWaiting int
 	// Telemetry receives metrics and transition logs; nil disables them.
 	Telemetry *telemetry.Telemetry
 	// TrustedOrigins may send state-changing requests cross-origin (a reverse proxy
@@ -62,6 +70,8 @@ func (c Config) WithDefaults() Config {
 	c.BackoffBase = cmp.Or(c.BackoffBase, time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, time.Hour)
 	c.WakeFallback = cmp.Or(c.WakeFallback, time.Second)
+	c.CommitTimeout = cmp.Or(c.CommitTimeout, 5*time.Second)
+	c.CommitMaxWaiting = cmp.Or(c.CommitMaxWaiting, 2000)
 	return c
 }
 
@@ -73,7 +83,7 @@ type Server struct {
 	log    *slog.Logger
 	hub    *wakeHub
 	acks   *groupCommit[storage.AckItem, ackOutcome]
-	claims *groupCommit[claimRequest, claimOutcome]
+	claims *groupCommit[claimRequest, []storage.Task]
 	limits *ratelimit.Settings
 	engine *gin.Engine
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
@@ -104,9 +114,10 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
-		limits: ratelimit.NewSettings(store, log), acks: newAckCommit(store),
-		seen: make(map[string]time.Time), draining: make(chan struct{})}
-	s.claims = newClaimCommit(store, s.cfg.LeaseTimeout)
+		limits: ratelimit.NewSettings(store, log),
+		seen:   make(map[string]time.Time), draining: make(chan struct{})}
+	s.acks = newAckCommit(store, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
+	s.claims = newClaimCommit(store, s.cfg.LeaseTimeout, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true

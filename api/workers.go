@@ -354,8 +354,11 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		// Once popped, the ids must be claimed or given back even if the worker hangs up.
 		bg := context.WithoutCancel(ctx)
 		start := time.Now()
-		res := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID})[0]
-		claimed, err := res.tasks, res.err
+		var claimed []storage.Task
+		won, err := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID})
+		if err == nil {
+			claimed = won[0]
+		}
 		s.cfg.Telemetry.ObserveClaim(time.Since(start))
 		if err == nil && len(claimed) > 0 {
 			crashpoint.Hit(crashpoint.AfterClaimCommit)
@@ -521,7 +524,12 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	res := s.acks.do(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})[0]
+	outcomes, err := s.acks.do(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	res := outcomes[0]
 	if res.err != nil {
 		s.fail(c, res.err)
 		return
@@ -605,10 +613,13 @@ func (s *Server) ackItems(workerID string, acks []ackBatchItem) ([]storage.AckIt
 }
 
 // commitAcks acks items in one (group) commit. Each item succeeds or fails
-// (lease_lost) on its own; an error means the commit itself failed and nothing
-// was acked.
+// (lease_lost) on its own; an error means the commit itself failed: nothing was
+// acked, or, when it timed out, nobody knows.
 func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]ackResult, error) {
-	outcomes := s.acks.do(ctx, items...)
+	outcomes, err := s.acks.do(ctx, items...)
+	if err != nil {
+		return nil, err
+	}
 	crashpoint.Hit(crashpoint.AfterAckCommit)
 	results := make([]ackResult, len(outcomes))
 	for i, o := range outcomes {

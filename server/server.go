@@ -56,6 +56,12 @@ type Config struct {
 	MaxPayloadBytes   int64         // defaults to 1 MiB
 	RedisPrefix       string        // defaults to "taskforge"
 	NoMigrate         bool          // skip applying migrations at start
+	// CommitTimeout bounds each try of the group commit of acks and claims; its
+	// callers get 503 when it passes. Defaults to 5s.
+	CommitTimeout time.Duration
+	// CommitMaxWaiting bounds the acks, and apart from them the polls, waiting for
+	// a group commit; beyond it requests get 503 at once. Defaults to 2,000.
+	CommitMaxWaiting int
 	// ShutdownTimeout bounds the drain of in-flight requests. Defaults to 10s.
 	ShutdownTimeout time.Duration
 	// DBMaxConns sizes the PostgreSQL pool. Defaults to pgx's default (max(4, CPUs)).
@@ -108,6 +114,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("TASKFORGE_HEARTBEAT_INTERVAL (%s) must be shorter than TASKFORGE_LEASE_TIMEOUT (%s)", c.HeartbeatInterval, c.LeaseTimeout)
 	case c.BackoffMax < c.BackoffBase:
 		return errors.New("TASKFORGE_BACKOFF_MAX must not be below TASKFORGE_BACKOFF_BASE")
+	case c.CommitTimeout < 0:
+		return errors.New("TASKFORGE_COMMIT_TIMEOUT must not be negative")
+	case c.CommitMaxWaiting < 0:
+		return errors.New("the group commit's waiting bound must not be negative")
 	case c.MaxPayloadBytes < 1:
 		return errors.New("TASKFORGE_MAX_PAYLOAD_BYTES must be positive")
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
@@ -191,7 +201,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
-		Audit: audits.Middleware(),
+		Audit: audits.Middleware(), CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting,
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()

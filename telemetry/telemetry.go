@@ -41,6 +41,7 @@ type Telemetry struct {
 	execDuration    *prometheus.HistogramVec
 	dispatchLatency *prometheus.HistogramVec
 	claimDuration   prometheus.Histogram
+	commitFailures  *prometheus.CounterVec
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
 }
@@ -75,12 +76,15 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "Time from a task becoming eligible to a worker claiming it.", Buckets: latencyBuckets}, []string{"queue"})
 	t.claimDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskforge_claim_duration_seconds",
 		Help: "Duration of one claim statement in PostgreSQL.", Buckets: latencyBuckets})
+	t.commitFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_group_commit_failures_total",
+		Help: "Group commits (of acks, or of polls' claims) that failed their callers, by reason (timeout, overload, panic)."},
+		[]string{"commit", "reason"})
 	t.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_http_requests_total",
 		Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "code"})
 	t.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_http_request_duration_seconds",
 		Help: "HTTP request duration by route (poll includes its long-poll wait).", Buckets: latencyBuckets}, []string{"route", "method"})
 	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
-		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.httpRequests, t.httpDuration} {
+		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration} {
 		f(c)
 	}
 	return t
@@ -172,4 +176,14 @@ func (t *Telemetry) ObserveClaim(d time.Duration) {
 		return
 	}
 	t.claimDuration.Observe(d.Seconds())
+}
+
+// GroupCommitFailed counts a group commit ("ack" or "claim") that failed its callers:
+// reason "timeout" (a try passed its deadline), "overload" (too many waiting; counted
+// per refused request) or "panic".
+func (t *Telemetry) GroupCommitFailed(commit, reason string) {
+	if t == nil {
+		return
+	}
+	t.commitFailures.WithLabelValues(commit, reason).Inc()
 }

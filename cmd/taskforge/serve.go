@@ -74,6 +74,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.durationVar(fs, &c.DispatchInterval, "dispatch-interval", "TASKFORGE_DISPATCH_INTERVAL", time.Second, "dispatcher tick")
 	f.durationVar(fs, &c.BackoffBase, "backoff-base", "TASKFORGE_BACKOFF_BASE", time.Second, "default retry backoff base of new queues")
 	f.durationVar(fs, &c.BackoffMax, "backoff-max", "TASKFORGE_BACKOFF_MAX", time.Hour, "default retry backoff cap of new queues")
+	f.durationVar(fs, &c.CommitTimeout, "commit-timeout", "TASKFORGE_COMMIT_TIMEOUT", 5*time.Second,
+		"bound of one group commit of acks or claims; its requests get 503 when it passes")
 	maxPayload, err := strconv.ParseInt(envOr("TASKFORGE_MAX_PAYLOAD_BYTES", "1048576"), 10, 64)
 	if err != nil {
 		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_MAX_PAYLOAD_BYTES: %w", err))
