@@ -23,17 +23,19 @@ type Report struct {
 	Config        Config    `json:"config"`
 	Machine       Machine   `json:"machine"`
 
-	E1       []DrainResult    `json:"e1,omitempty"`
-	E2       []DrainResult    `json:"e2,omitempty"`
-	Latency  []LatencyResult  `json:"latency,omitempty"`
-	E5       []RetryResult    `json:"e5,omitempty"`
-	E6       []RecoveryResult `json:"e6,omitempty"`
+	E1      []DrainResult    `json:"e1,omitempty"`
+	E2      []DrainResult    `json:"e2,omitempty"`
+	Latency []LatencyResult  `json:"latency,omitempty"`
+	E5      []RetryResult    `json:"e5,omitempty"`
+	E6      []RecoveryResult `json:"e6,omitempty"`
+
 	// ScaleQueues and ScaleRows are the scale experiment's two curves, one
 	// result per point.
 	ScaleQueues []ScaleQueuesResult `json:"scale_queues,omitempty"`
 	ScaleRows   []ScaleRowsResult   `json:"scale_rows,omitempty"`
-	Medians  []Median         `json:"medians,omitempty"`
-	Problems []string         `json:"problems,omitempty"` // failed checks; empty when all passed
+
+	Medians  []Median `json:"medians,omitempty"`
+	Problems []string `json:"problems,omitempty"` // failed checks; empty when all passed
 }
 
 // Machine describes where the figures were taken.
