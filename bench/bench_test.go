@@ -442,3 +442,20 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("the default experiments include %s, whose default sizes take many minutes", ExpScale)
 	}
 }
+
+func TestParallelLeader(t *testing.T) {
+	for title, want := range map[string]int{
+		"postgres: 15/main: parallel worker for PID 6853 ": 6853,
+		"postgres: parallel worker for PID 12":             12,
+	} {
+		if got, ok := parallelLeader(title); !ok || got != want {
+			t.Errorf("parallelLeader(%q) = %d, %v; want %d", title, got, ok, want)
+		}
+	}
+	for _, title := range []string{"postgres: 15/main: postgres tf_bench_abc 127.0.0.1(5555) idle",
+		"postgres: 15/main: parallel worker for PID ", "postgres: 15/main: parallel worker for PID x"} {
+		if _, ok := parallelLeader(title); ok {
+			t.Errorf("parallelLeader(%q) found a leader", title)
+		}
+	}
+}

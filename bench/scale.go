@@ -139,21 +139,20 @@ func (r *runner) scaleQueues(ctx context.Context, run, n int) (res ScaleQueuesRe
 		return res, err
 	}
 	r.prog.update(true, "%s: idle window of %s", label, c.IdleWindow)
-	before, err := s.cpu()
+	tracker, err := s.sampler.track()
 	if err != nil {
 		return res, err
 	}
 	if err := pause(ctx, c.IdleWindow); err != nil {
+		_, _ = tracker.finish(runtime.NumCPU())
 		return res, err
 	}
-	after, err := s.cpu()
-	if err != nil {
+	if res.IdleCPU, err = tracker.finish(runtime.NumCPU()); err != nil {
 		return res, err
 	}
 	if s.serve.exited() {
 		return res, fmt.Errorf("serve exited during the idle window (%v); its log ends:\n%s", s.serve.err, s.serve.logTail(15))
 	}
-	res.IdleCPU = split(before, after, runtime.NumCPU())
 	res.ServeCores = res.IdleCPU.cores(cpuServe)
 	res.PostgresCores = res.IdleCPU.cores(cpuPGBench)
 	res.PostgresBackgroundCores = res.IdleCPU.cores(cpuPGBackgr)
@@ -346,30 +345,16 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 		r.problemf("%s: the queue's stats count %d tasks, %d were loaded", label, res.StatsTasks, m)
 	}
 
-	before, err := s.cpu()
+	tracker, err := s.sampler.track()
 	if err != nil {
 		return res, err
 	}
-	scrapes := make([]float64, 0, c.Samples)
-	for i := range c.Samples {
-		r.prog.update(false, "%s: window, metrics scrape %d/%d", label, i+1, c.Samples)
-		if i > 0 {
-			if err := pause(ctx, c.ScrapeEvery); err != nil {
-				return res, err
-			}
-		}
-		d, err := scrape(ctx, s.url+"/metrics")
-		if err != nil {
-			return res, err
-		}
-		scrapes = append(scrapes, float64(d.Microseconds())/1000)
-	}
-	after, err := s.cpu()
-	if err != nil {
+	scrapes, err := r.scrapes(ctx, s, label)
+	cpu, cerr := tracker.finish(runtime.NumCPU())
+	if err := errors.Join(err, cerr); err != nil {
 		return res, err
 	}
-	res.Metrics = distOf(scrapes)
-	res.WindowCPU = split(before, after, runtime.NumCPU())
+	res.Metrics, res.WindowCPU = distOf(scrapes), cpu
 	res.ServeCores = res.WindowCPU.cores(cpuServe)
 	res.PostgresCores = res.WindowCPU.cores(cpuPGBench)
 	res.PostgresBackgroundCores = res.WindowCPU.cores(cpuPGBackgr)
@@ -389,6 +374,27 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 	r.prog.println(fmt.Sprintf("%s: stats p50 %.1f ms, metrics p50 %.1f ms, feed compute p50 %.1f ms; PostgreSQL %.3f cores (load %.2f)",
 		label, res.Stats.P50, res.Metrics.P50, res.FeedCompute.P50, res.PostgresCores, res.LoadAvg[0]))
 	return res, nil
+}
+
+// scrapes scrapes /metrics Samples times, ScrapeEvery after each answer, and
+// returns the round trips in ms.
+func (r *runner) scrapes(ctx context.Context, s *step, label string) ([]float64, error) {
+	c := r.cfg.Scale
+	out := make([]float64, 0, c.Samples)
+	for i := range c.Samples {
+		r.prog.update(false, "%s: window, metrics scrape %d/%d", label, i+1, c.Samples)
+		if i > 0 {
+			if err := pause(ctx, c.ScrapeEvery); err != nil {
+				return out, err
+			}
+		}
+		d, err := scrape(ctx, s.url+"/metrics")
+		if err != nil {
+			return out, err
+		}
+		out = append(out, float64(d.Microseconds())/1000)
+	}
+	return out, nil
 }
 
 // loadRows inserts m pending tasks into queue, scaleChunk rows per statement,
