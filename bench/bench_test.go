@@ -202,7 +202,8 @@ func TestScale(t *testing.T) {
 		t.Errorf("the 1-queue point's ratio to itself is %v", base.P50Ratio)
 	}
 	w := back.ScaleRows[0]
-	if w.Error != "" || w.Rows != 1000 || w.StatsTasks != 1000 || w.LoadRowsPerSec <= 0 || w.FeedProblems != 0 {
+	if w.Error != "" || w.Rows != 1000 || w.StatsTasks != 1000 || w.LoadRowsPerSec <= 0 || w.FeedProblems != 0 ||
+		w.MetricsStale != 0 {
 		t.Errorf("implausible rows point: %+v", w)
 	}
 	checkDist(t, "stats", w.Stats, 3)

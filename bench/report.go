@@ -221,6 +221,10 @@ type ScaleRowsResult struct {
 	// back) and GET /metrics (during the window, ScrapeEvery apart).
 	Stats   Dist `json:"stats"`
 	Metrics Dist `json:"metrics"`
+	// MetricsStale counts scrapes whose answer said
+	// "taskforge_state_collector_up 0": serve's state snapshot failed or timed
+	// out, and the depths it served were old.
+	MetricsStale int `json:"metrics_stale"`
 	// FeedCompute is each live-feed snapshot's compute_ms as serve reported it
 	// (the first snapshot excluded); FeedGap the time between two snapshots
 	// arriving (about the hub's 1 s interval, or the compute time when longer);
@@ -454,15 +458,15 @@ func (r *Report) writeScale(w io.Writer) error {
 	}
 	if len(r.ScaleRows) > 0 {
 		fmt.Fprintln(w, "\nScale: rows (pending tasks in one queue; p50 / p95 ms; CPU in cores over the scrape window, one live feed open)")
-		p("rows\tload s\trows/s\tstats tasks\tstats\tmetrics\tfeed compute\tfeed gap p50\tproblems\twindow s\tserve\tpostgres\tpg bg\tload1\t\n")
+		p("rows\tload s\trows/s\tstats tasks\tstats\tmetrics\tstale\tfeed compute\tfeed gap p50\tproblems\twindow s\tserve\tpostgres\tpg bg\tload1\t\n")
 		for _, x := range r.ScaleRows {
 			if x.Error != "" {
 				p("%d\tfailed: %s\t\n", x.Rows, x.Error)
 				continue
 			}
 			d2 := func(d Dist) string { return fmt.Sprintf("%.1f / %.1f", d.P50, d.P95) }
-			p("%d\t%.1f\t%.0f\t%d\t%s\t%s\t%s\t%.0f\t%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t\n", x.Rows, x.LoadSeconds,
-				x.LoadRowsPerSec, x.StatsTasks, d2(x.Stats), d2(x.Metrics), d2(x.FeedCompute), x.FeedGap.P50,
+			p("%d\t%.1f\t%.0f\t%d\t%s\t%s\t%d/%d\t%s\t%.0f\t%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t\n", x.Rows, x.LoadSeconds,
+				x.LoadRowsPerSec, x.StatsTasks, d2(x.Stats), d2(x.Metrics), x.MetricsStale, x.Metrics.N, d2(x.FeedCompute), x.FeedGap.P50,
 				x.FeedProblems, x.WindowCPU.WindowSeconds, x.ServeCores, x.PostgresCores, x.PostgresBackgroundCores, x.LoadAvg[0])
 		}
 		if err := tw.Flush(); err != nil {

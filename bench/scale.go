@@ -349,7 +349,8 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 	if err != nil {
 		return res, err
 	}
-	scrapes, err := r.scrapes(ctx, s, label)
+	scrapes, stale, err := r.scrapes(ctx, s, label)
+	res.MetricsStale = stale
 	cpu, cerr := tracker.finish(runtime.NumCPU())
 	if err := errors.Join(err, cerr); err != nil {
 		return res, err
@@ -377,24 +378,27 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 }
 
 // scrapes scrapes /metrics Samples times, ScrapeEvery after each answer, and
-// returns the round trips in ms.
-func (r *runner) scrapes(ctx context.Context, s *step, label string) ([]float64, error) {
+// returns the round trips in ms and how many answers held collectorDown.
+func (r *runner) scrapes(ctx context.Context, s *step, label string) (ms []float64, stale int, err error) {
 	c := r.cfg.Scale
-	out := make([]float64, 0, c.Samples)
+	ms = make([]float64, 0, c.Samples)
 	for i := range c.Samples {
 		r.prog.update(false, "%s: window, metrics scrape %d/%d", label, i+1, c.Samples)
 		if i > 0 {
 			if err := pause(ctx, c.ScrapeEvery); err != nil {
-				return out, err
+				return ms, stale, err
 			}
 		}
-		d, err := scrape(ctx, s.url+"/metrics")
+		d, down, err := scrape(ctx, s.url+"/metrics")
 		if err != nil {
-			return out, err
+			return ms, stale, err
 		}
-		out = append(out, float64(d.Microseconds())/1000)
+		ms = append(ms, float64(d.Microseconds())/1000)
+		if down {
+			stale++
+		}
 	}
-	return out, nil
+	return ms, stale, nil
 }
 
 // loadRows inserts m pending tasks into queue, scaleChunk rows per statement,
@@ -446,28 +450,34 @@ feed:
 	return ctx.Err()
 }
 
-// scrape GETs url, reads the whole answer and returns the round trip.
-func scrape(ctx context.Context, url string) (time.Duration, error) {
+// collectorDown is the line of a /metrics answer in which serve says its state
+// snapshot (queue depths) failed or timed out and the figures are old.
+const collectorDown = "taskforge_state_collector_up 0"
+
+// scrape GETs url, reads the whole answer and returns the round trip and whether
+// the answer holds collectorDown.
+func scrape(ctx context.Context, url string) (time.Duration, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("GET %s: %w", url, err)
+		return 0, false, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return 0, fmt.Errorf("GET %s: %w", url, err)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false, fmt.Errorf("GET %s: %w", url, err)
 	}
 	d := time.Since(t0)
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return 0, false, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return d, nil
+	return d, strings.Contains("\n"+string(body), "\n"+collectorDown+"\n"), nil
 }
 
 // waitFor polls cond every pollEvery until it holds, serve exits, ctx ends or
