@@ -226,7 +226,7 @@ type ScaleRowsResult struct {
 	// out, and the depths it served were old.
 	MetricsStale int `json:"metrics_stale"`
 	// FeedCompute is each live-feed snapshot's compute_ms as serve reported it
-	// (the first snapshot excluded); FeedGap the time between two snapshots
+	// (the first refresh excluded); FeedGap the time between two refreshes
 	// arriving (about the hub's 1 s interval, or the compute time when longer);
 	// FeedProblems counts "problem" events (a snapshot that failed).
 	FeedCompute  Dist `json:"feed_compute"`

@@ -361,14 +361,14 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 	res.PostgresBackgroundCores = res.WindowCPU.cores(cpuPGBackgr)
 
 	// Enough feed refreshes: Samples after the first (which ran with the stats).
-	if err := waitFor(ctx, s, "live-feed snapshots", stallTimeout, func() (bool, error) {
+	if err := waitFor(ctx, s, "live-feed refreshes", stallTimeout, func() (bool, error) {
 		n, err := feed.count()
 		return n >= c.Samples+1, err
 	}); err != nil {
 		return res, err
 	}
 	compute, gaps, problems := feed.samples()
-	res.FeedCompute, res.FeedGap, res.FeedProblems = distOf(compute[1:]), distOf(gaps), problems
+	res.FeedCompute, res.FeedGap, res.FeedProblems = distOf(compute), distOf(gaps), problems
 	if problems > 0 {
 		r.problemf("%s: the live feed sent %d problem event(s) (snapshots that failed)", label, problems)
 	}
@@ -582,8 +582,10 @@ func (f *feedClient) read(body io.Reader) error {
 				f.arrivals = append(f.arrivals, at)
 				f.compute = append(f.compute, ms)
 				f.mu.Unlock()
-			case "problem":
+			case "problem": // a refresh that failed (or outran the hub's timeout) is a refresh too
 				f.mu.Lock()
+				f.arrivals = append(f.arrivals, at)
+				f.compute = append(f.compute, math.NaN())
 				f.problems++
 				f.mu.Unlock()
 			}
@@ -592,28 +594,28 @@ func (f *feedClient) read(body io.Reader) error {
 	return sc.Err()
 }
 
-// count is how many snapshots arrived so far; it fails once the stream ended.
+// count is how many refreshes (snapshots and problems) arrived so far; it fails
+// once the stream ended.
 func (f *feedClient) count() (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.arrivals), f.err
 }
 
-// samples returns the snapshots' compute_ms (NaN-free), the gaps between
-// arrivals in ms, and the problem events.
+// samples returns the snapshots' compute_ms (those that carry one) but the
+// first refresh's (it ran during the stats), the gaps between refreshes arriving
+// in ms, and the problem events.
 func (f *feedClient) samples() (compute, gaps []float64, problems int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i, ms := range f.compute {
+		if i == 0 {
+			continue
+		}
 		if !math.IsNaN(ms) {
 			compute = append(compute, ms)
 		}
-		if i > 0 {
-			gaps = append(gaps, float64(f.arrivals[i].Sub(f.arrivals[i-1]).Microseconds())/1000)
-		}
-	}
-	if len(compute) == 0 {
-		compute = []float64{math.NaN()}
+		gaps = append(gaps, float64(f.arrivals[i].Sub(f.arrivals[i-1]).Microseconds())/1000)
 	}
 	return compute, gaps, f.problems
 }
@@ -631,5 +633,3 @@ func cmpErr(err, def error) error {
 	}
 	return def
 }
-
-var _ = errors.New
