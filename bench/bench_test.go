@@ -234,6 +234,9 @@ func TestParseCounts(t *testing.T) {
 	if err != nil || !slices.Equal(got, []int{1, 1000, 10_000, 2_000_000}) {
 		t.Errorf("ParseCounts = %v, %v", got, err)
 	}
+	if got, err := ParseCounts("none"); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("ParseCounts(none) = %#v, %v; want an empty list", got, err)
+	}
 	for _, in := range []string{"", ",", "0", "-1", "1x", "k", "1.5M", "99999M"} {
 		if _, err := ParseCounts(in); err == nil {
 			t.Errorf("ParseCounts(%q) accepted", in)

@@ -197,11 +197,11 @@ type RecoveryConfig struct {
 // latency grow with the number of queues, and how the cost of stats, metrics and
 // the dashboard's live feed grows with the rows of one queue.
 type ScaleConfig struct {
-	// Queues are the queue counts of the queues curve, each a step. Defaults to
-	// 1, 1000, 10000.
+	// Queues are the queue counts of the queues curve, each a step. Nil defaults
+	// to 1, 1000, 10000; empty skips the curve.
 	Queues []int `json:"queues"`
-	// Rows are the pending-task counts of the rows curve, each a step. Defaults
-	// to 100k, 1M, 10M.
+	// Rows are the pending-task counts of the rows curve, each a step. Nil
+	// defaults to 100k, 1M, 10M; empty skips the curve.
 	Rows []int `json:"rows"`
 	// Settle is how long after serve is ready a step's first window starts, so
 	// that serve's start-up work is not measured. Defaults to 3s.
@@ -299,10 +299,10 @@ func (c Config) WithDefaults() Config {
 	}
 	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4, 0})
 	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8, 0})
-	if len(c.Scale.Queues) == 0 {
+	if c.Scale.Queues == nil { // empty but not nil: skip the curve
 		c.Scale.Queues = []int{1, 1000, 10000}
 	}
-	if len(c.Scale.Rows) == 0 {
+	if c.Scale.Rows == nil {
 		c.Scale.Rows = []int{100_000, 1_000_000, 10_000_000}
 	}
 	c.Scale.Settle = cmp.Or(c.Scale.Settle, 3*time.Second)
@@ -360,6 +360,9 @@ func (c Config) Validate() error {
 	if c.Scale.Settle < 0 || c.Scale.IdleWindow <= 0 || c.Scale.ScrapeEvery < 0 {
 		errs = append(errs, errors.New("scale: the idle window must be positive, settle and scrape pause not negative"))
 	}
+	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
+		errs = append(errs, errors.New("scale: both curves are skipped"))
+	}
 	if c.Scale.LatencySamples < 1 || c.Scale.Samples < 1 {
 		errs = append(errs, errors.New("scale: sample counts must be at least 1"))
 	}
@@ -379,8 +382,11 @@ func (c Config) runsOf(exp string) int {
 
 // ParseCounts reads a comma-separated list of positive counts, each an integer
 // with an optional suffix k (thousand) or M (million): "1,1000,10k" or
-// "100k,1M,10M".
+// "100k,1M,10M". "none" is the empty (not nil) list.
 func ParseCounts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "none" {
+		return []int{}, nil
+	}
 	var out []int
 	for part := range strings.SplitSeq(s, ",") {
 		part = strings.TrimSpace(part)
