@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +146,104 @@ func TestSmoke(t *testing.T) {
 	checkNothingLeft(t, bin, cfg, back)
 }
 
+// TestScale runs the scale experiment on tiny curves (1 and 50 queues, 1,000
+// rows) against real PostgreSQL and Redis, and checks that every point is
+// reported, plausible and cleaned up.
+func TestScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts serve processes; skipped with -short")
+	}
+	bin := buildTaskforge(t)
+	cfg := Config{
+		Binary:      bin,
+		DatabaseURL: testenv.PostgresURL(t),
+		RedisURL:    "redis://" + testenv.RedisAddr(t),
+		Experiments: []string{ExpScale},
+		Scale: ScaleConfig{Queues: []int{50, 1}, Rows: []int{1000}, Settle: 200 * time.Millisecond,
+			IdleWindow: time.Second, LatencySamples: 10, Samples: 3, ScrapeEvery: 100 * time.Millisecond},
+		WorkDir: t.TempDir(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	report, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(report.Problems) > 0 {
+		t.Errorf("problems: %q", report.Problems)
+	}
+	var buf bytes.Buffer
+	if err := report.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf.Bytes()))
+	dec.DisallowUnknownFields()
+	var back Report
+	if err := dec.Decode(&back); err != nil {
+		t.Fatalf("report JSON does not decode: %v\n%s", err, buf.String())
+	}
+
+	if len(back.ScaleQueues) != 2 || len(back.ScaleRows) != 1 {
+		t.Fatalf("want 2 queues points and 1 rows point, got %d and %d", len(back.ScaleQueues), len(back.ScaleRows))
+	}
+	for i, want := range []int{50, 1} {
+		q := back.ScaleQueues[i]
+		if q.Error != "" || q.Queues != want || q.BaseQueues != 1 || q.P50Ratio <= 0 {
+			t.Errorf("implausible queues point: %+v", q)
+		}
+		checkDist(t, fmt.Sprintf("%d queues receipt", want), q.Receipt, 10)
+		checkDist(t, fmt.Sprintf("%d queues enqueue", want), q.Enqueue, 10)
+		if q.Receipt.P50 < q.Enqueue.P50/10 || q.IdleCPU.WindowSeconds < 1 || q.ServeCores < 0 || q.ServeCores > 2 {
+			t.Errorf("%d queues: receipt %.2f ms against an enqueue of %.2f ms, window %.2f s, serve %.3f cores",
+				want, q.Receipt.P50, q.Enqueue.P50, q.IdleCPU.WindowSeconds, q.ServeCores)
+		}
+	}
+	if base := back.ScaleQueues[1]; base.P50Ratio != 1 {
+		t.Errorf("the 1-queue point's ratio to itself is %v", base.P50Ratio)
+	}
+	w := back.ScaleRows[0]
+	if w.Error != "" || w.Rows != 1000 || w.StatsTasks != 1000 || w.LoadRowsPerSec <= 0 || w.FeedProblems != 0 ||
+		w.MetricsStale != 0 {
+		t.Errorf("implausible rows point: %+v", w)
+	}
+	checkDist(t, "stats", w.Stats, 3)
+	checkDist(t, "metrics", w.Metrics, 3)
+	if w.FeedCompute.N < 3 || w.FeedGap.N < 3 || w.FeedGap.P50 < 100 {
+		t.Errorf("live feed: %d compute samples, %d gaps (p50 %.0f ms); want 3 each, about 1 s apart",
+			w.FeedCompute.N, w.FeedGap.N, w.FeedGap.P50)
+	}
+	// The window is too short here for every class to get a clock tick.
+	if w.WindowCPU.WindowSeconds <= 0 || w.PostgresCores < 0 || w.ServeCores < 0 || w.WindowCPU.MachineBusy <= 0 {
+		t.Errorf("implausible window CPU: %+v", w.WindowCPU)
+	}
+
+	var table bytes.Buffer
+	if err := report.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Scale: queues", "Scale: rows", "1.00× of 1"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	checkNothingLeft(t, bin, cfg, back)
+}
+
+func TestParseCounts(t *testing.T) {
+	got, err := ParseCounts(" 1, 1000,,10k, 2M ")
+	if err != nil || !slices.Equal(got, []int{1, 1000, 10_000, 2_000_000}) {
+		t.Errorf("ParseCounts = %v, %v", got, err)
+	}
+	if got, err := ParseCounts("none"); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("ParseCounts(none) = %#v, %v; want an empty list", got, err)
+	}
+	for _, in := range []string{"", ",", "0", "-1", "1x", "k", "1.5M", "99999M"} {
+		if _, err := ParseCounts(in); err == nil {
+			t.Errorf("ParseCounts(%q) accepted", in)
+		}
+	}
+}
+
 // checkDist checks a distribution's count and ordering.
 func checkDist(t *testing.T, what string, d Dist, n int) {
 	t.Helper()
@@ -178,6 +278,12 @@ func checkNothingLeft(t *testing.T, bin string, cfg Config, r Report) {
 	}
 	for _, d := range r.E6 {
 		steps = append(steps, d.Step)
+	}
+	for _, q := range r.ScaleQueues {
+		steps = append(steps, q.Step)
+	}
+	for _, w := range r.ScaleRows {
+		steps = append(steps, w.Step)
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
@@ -330,8 +436,30 @@ func TestConfigValidate(t *testing.T) {
 	bad := good
 	bad.Experiments = []string{"e9"}
 	bad.E6.Survivors = Layout{1, 1, 0}
+	bad.Scale.Rows = []int{0}
 	err := bad.Validate()
-	if err == nil || !strings.Contains(err.Error(), "e9") || !strings.Contains(err.Error(), "survivors") {
+	if err == nil || !strings.Contains(err.Error(), "e9") || !strings.Contains(err.Error(), "survivors") ||
+		!strings.Contains(err.Error(), "row counts") {
 		t.Errorf("Validate = %v", err)
+	}
+	if slices.Contains(good.Experiments, ExpScale) {
+		t.Errorf("the default experiments include %s, whose default sizes take many minutes", ExpScale)
+	}
+}
+
+func TestParallelLeader(t *testing.T) {
+	for title, want := range map[string]int{
+		"postgres: 15/main: parallel worker for PID 6853 ": 6853,
+		"postgres: parallel worker for PID 12":             12,
+	} {
+		if got, ok := parallelLeader(title); !ok || got != want {
+			t.Errorf("parallelLeader(%q) = %d, %v; want %d", title, got, ok, want)
+		}
+	}
+	for _, title := range []string{"postgres: 15/main: postgres tf_bench_abc 127.0.0.1(5555) idle",
+		"postgres: 15/main: parallel worker for PID ", "postgres: 15/main: parallel worker for PID x"} {
+		if _, ok := parallelLeader(title); ok {
+			t.Errorf("parallelLeader(%q) found a leader", title)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,10 +19,15 @@ const (
 	ExpLatency  = "latency" // enqueue → worker receipt at a steady rate
 	ExpRetry    = "e5"      // every task fails once, then succeeds
 	ExpRecovery = "e6"      // workers SIGKILLed while holding tasks
+	ExpScale    = "scale"   // costs as queues and rows grow
 )
 
 // AllExperiments lists every experiment in the order Run runs them.
-var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery}
+var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery, ExpScale}
+
+// DefaultExperiments are the experiments run when none are named: all but scale,
+// whose default sizes (10,000 queues, 10 million rows) take many minutes.
+var DefaultExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery}
 
 // Local servers used when the configuration names none.
 const (
@@ -187,6 +193,33 @@ type RecoveryConfig struct {
 	Survivors Layout `json:"survivors"`
 }
 
+// ScaleConfig sizes the scale experiment: how idle CPU and enqueue → worker
+// latency grow with the number of queues, and how the cost of stats, metrics and
+// the dashboard's live feed grows with the rows of one queue.
+type ScaleConfig struct {
+	// Queues are the queue counts of the queues curve, each a step. Nil defaults
+	// to 1, 1000, 10000; empty skips the curve.
+	Queues []int `json:"queues"`
+	// Rows are the pending-task counts of the rows curve, each a step. Nil
+	// defaults to 100k, 1M, 10M; empty skips the curve.
+	Rows []int `json:"rows"`
+	// Settle is how long after serve is ready a step's first window starts, so
+	// that serve's start-up work is not measured. Defaults to 3s.
+	Settle time.Duration `json:"settle_ns"`
+	// IdleWindow is the queues curve's idle CPU window. Defaults to 15s.
+	IdleWindow time.Duration `json:"idle_window_ns"`
+	// LatencySamples is how many enqueue → long-poll receipts each queues step
+	// measures (after scaleWarmupSamples excluded). Defaults to 50.
+	LatencySamples int `json:"latency_samples"`
+	// Samples is how many stats requests, metrics scrapes and feed refreshes
+	// each rows step measures. Defaults to 20.
+	Samples int `json:"samples"`
+	// ScrapeEvery is the pause between one /metrics scrape's answer and the next
+	// scrape during the rows curve's CPU window. Defaults to 2.5s (longer than
+	// serve's 2 s metrics cache, so that every scrape may compute afresh).
+	ScrapeEvery time.Duration `json:"scrape_every_ns"`
+}
+
 // Config is what Run measures and against which servers. Zero fields take the
 // defaults given in their comments.
 type Config struct {
@@ -207,7 +240,7 @@ type Config struct {
 	Runs int `json:"runs"`
 	// CheckRuns repeats E5 and E6. Defaults to 1.
 	CheckRuns int `json:"check_runs"`
-	// Experiments to run, among AllExperiments. Defaults to all of them.
+	// Experiments to run, among AllExperiments. Defaults to DefaultExperiments.
 	Experiments []string `json:"experiments"`
 
 	E1      DrainConfig    `json:"e1"`
@@ -216,6 +249,7 @@ type Config struct {
 	Latency LatencyConfig  `json:"latency"`
 	E5      RetryConfig    `json:"e5"`
 	E6      RecoveryConfig `json:"e6"`
+	Scale   ScaleConfig    `json:"scale"`
 
 	// ProfileDir, when set, makes E1's serve processes write a CPU profile of each
 	// measured window there (e1-<layout>-r<run>.pprof).
@@ -237,7 +271,7 @@ func (c Config) WithDefaults() Config {
 	c.Runs = cmp.Or(c.Runs, 3)
 	c.CheckRuns = cmp.Or(c.CheckRuns, 1)
 	if len(c.Experiments) == 0 {
-		c.Experiments = slices.Clone(AllExperiments)
+		c.Experiments = slices.Clone(DefaultExperiments)
 	}
 	c.E1.Tasks = cmp.Or(c.E1.Tasks, 5000)
 	c.E1.Warmup = cmp.Or(c.E1.Warmup, 500)
@@ -265,6 +299,17 @@ func (c Config) WithDefaults() Config {
 	}
 	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4, 0})
 	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8, 0})
+	if c.Scale.Queues == nil { // empty but not nil: skip the curve
+		c.Scale.Queues = []int{1, 1000, 10000}
+	}
+	if c.Scale.Rows == nil {
+		c.Scale.Rows = []int{100_000, 1_000_000, 10_000_000}
+	}
+	c.Scale.Settle = cmp.Or(c.Scale.Settle, 3*time.Second)
+	c.Scale.IdleWindow = cmp.Or(c.Scale.IdleWindow, 15*time.Second)
+	c.Scale.LatencySamples = cmp.Or(c.Scale.LatencySamples, 50)
+	c.Scale.Samples = cmp.Or(c.Scale.Samples, 20)
+	c.Scale.ScrapeEvery = cmp.Or(c.Scale.ScrapeEvery, 2500*time.Millisecond)
 	return c
 }
 
@@ -302,6 +347,25 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("e6: every lease variant needs a name"))
 		}
 	}
+	for _, n := range c.Scale.Queues {
+		if n < 1 || n > maxScaleQueues {
+			errs = append(errs, fmt.Errorf("scale: queue counts must be from 1 to %d, got %d", maxScaleQueues, n))
+		}
+	}
+	for _, n := range c.Scale.Rows {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("scale: row counts must be at least 1, got %d", n))
+		}
+	}
+	if c.Scale.Settle < 0 || c.Scale.IdleWindow <= 0 || c.Scale.ScrapeEvery < 0 {
+		errs = append(errs, errors.New("scale: the idle window must be positive, settle and scrape pause not negative"))
+	}
+	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
+		errs = append(errs, errors.New("scale: both curves are skipped"))
+	}
+	if c.Scale.LatencySamples < 1 || c.Scale.Samples < 1 {
+		errs = append(errs, errors.New("scale: sample counts must be at least 1"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -310,5 +374,40 @@ func (c Config) runsOf(exp string) int {
 	if exp == ExpRetry || exp == ExpRecovery {
 		return c.CheckRuns
 	}
+	if exp == ExpScale { // each point of its curves takes minutes at the large sizes
+		return 1
+	}
 	return c.Runs
+}
+
+// ParseCounts reads a comma-separated list of positive counts, each an integer
+// with an optional suffix k (thousand) or M (million): "1,1000,10k" or
+// "100k,1M,10M". "none" is the empty (not nil) list.
+func ParseCounts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "none" {
+		return []int{}, nil
+	}
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		mult, digits := 1, part
+		switch {
+		case strings.HasSuffix(part, "k"), strings.HasSuffix(part, "K"):
+			mult, digits = 1000, part[:len(part)-1]
+		case strings.HasSuffix(part, "M"), strings.HasSuffix(part, "m"):
+			mult, digits = 1_000_000, part[:len(part)-1]
+		}
+		n, err := strconv.Atoi(digits)
+		if err != nil || n < 1 || n > math.MaxInt32/mult {
+			return nil, fmt.Errorf("count %q: want a positive integer, optionally with k or M, e.g. 100k", part)
+		}
+		out = append(out, n*mult)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("counts %q: give at least one", s)
+	}
+	return out, nil
 }

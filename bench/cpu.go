@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -63,6 +64,8 @@ func (c *cpuSampler) sample() (cpuSample, error) {
 		return s, fmt.Errorf("read /proc: %w", err)
 	}
 	self := os.Getpid()
+	pidKey := map[int]procKey{}   // every process classified, by pid
+	leaderOf := map[procKey]int{} // parallel workers: the backend they work for
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -85,8 +88,12 @@ func (c *cpuSampler) sample() (cpuSample, error) {
 		case c.workers[pid]:
 			class = cpuWorkers
 		case st.comm == "postgres":
-			title, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			class = classifyPostgres(string(bytes.ReplaceAll(title, []byte{0}, []byte{' '})), c.dbName)
+			raw, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			title := string(bytes.ReplaceAll(raw, []byte{0}, []byte{' '}))
+			class = classifyPostgres(title, c.dbName)
+			if leader, ok := parallelLeader(title); ok {
+				leaderOf[procKey{pid, st.start}] = leader
+			}
 		case st.comm == "redis-server":
 			class = cpuRedis
 		default:
@@ -95,8 +102,109 @@ func (c *cpuSampler) sample() (cpuSample, error) {
 		k := procKey{pid, st.start}
 		s.ticks[k] = st.utime + st.stime
 		s.class[k] = class
+		pidKey[pid] = k
+	}
+	// A parallel worker's title names no database: it works for its leader's.
+	for k, leader := range leaderOf {
+		if lk, ok := pidKey[leader]; ok && s.class[lk] == cpuPGBench {
+			s.class[k] = cpuPGBench
+		}
 	}
 	return s, nil
+}
+
+// parallelLeader reads the leader's pid from a parallel worker's title
+// ("postgres: 15/main: parallel worker for PID 1234").
+func parallelLeader(title string) (int, bool) {
+	_, rest, ok := strings.Cut(title, "parallel worker for PID ")
+	if !ok {
+		return 0, false
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(f[0])
+	return pid, err == nil
+}
+
+// cpuTrackEvery is how often a cpuTracker samples.
+const cpuTrackEvery = 100 * time.Millisecond
+
+// cpuTracker samples /proc every cpuTrackEvery over a window and keeps, for every
+// process seen, the last CPU time it had: a process that exits within the window
+// (PostgreSQL's parallel workers live for one query; backends come and go) keeps
+// what it used up to its last sample, where a before/after pair would lose it
+// all. It misses at most cpuTrackEvery of each such process's time.
+type cpuTracker struct {
+	sampler *cpuSampler
+	first   cpuSample
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu   sync.Mutex
+	last cpuSample // ticks and classes of every process seen; at and machine of the last sample
+	err  error
+}
+
+// track starts a tracker with its first sample.
+func (c *cpuSampler) track() (*cpuTracker, error) {
+	first, err := c.sample()
+	if err != nil {
+		return nil, err
+	}
+	t := &cpuTracker{sampler: c, first: first, stop: make(chan struct{}), done: make(chan struct{}),
+		last: cpuSample{ticks: map[procKey]uint64{}, class: map[procKey]string{}}}
+	t.merge(first)
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(cpuTrackEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.stop:
+				return
+			case <-tick.C:
+			}
+			s, err := c.sample()
+			if err != nil {
+				t.mu.Lock()
+				t.err = err
+				t.mu.Unlock()
+				return
+			}
+			t.merge(s)
+		}
+	}()
+	return t, nil
+}
+
+func (t *cpuTracker) merge(s cpuSample) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last.at, t.last.machine = s.at, s.machine
+	for k, v := range s.ticks {
+		t.last.ticks[k] = v
+		// A class learnt once (a parallel worker's, from its leader) is kept.
+		if c, ok := t.last.class[k]; !ok || c == cpuPGOther {
+			t.last.class[k] = s.class[k]
+		}
+	}
+}
+
+// finish takes a last sample, stops the tracker and returns the window's split.
+func (t *cpuTracker) finish(cores int) (CPUSplit, error) {
+	close(t.stop)
+	<-t.done
+	if t.err != nil {
+		return CPUSplit{}, t.err
+	}
+	s, err := t.sampler.sample()
+	if err != nil {
+		return CPUSplit{}, err
+	}
+	t.merge(s)
+	return split(t.first, t.last, cores), nil
 }
 
 // procStat holds the fields of /proc/<pid>/stat the sampler uses.

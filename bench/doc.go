@@ -17,6 +17,15 @@
 //     abandoned lease's expiry, and from the kill, to the task's re-delivery to
 //     an idle survivor, under each lease variant (the server's defaults, and
 //     short leases).
+//   - scale (run only when named): how costs grow with the number of queues
+//     and with the rows of a queue. The queues curve: for each count N, N queues
+//     each holding one task due in an hour; the CPU of serve and PostgreSQL while
+//     serve is left alone, then enqueue → receipt by a long-polling worker (the
+//     harness itself, on its own clock) on one of the queues, one task at a time.
+//     The rows curve: for each count M, M pending tasks in one queue; with one
+//     dashboard live feed open, the round trips of the queue's stats and of
+//     /metrics, the feed's refreshes, and PostgreSQL's CPU while /metrics is
+//     scraped every few seconds.
 //
 // A layout "PxC" is P worker processes each running up to C tasks at once (and
 // so polling for up to C tasks per request): "16x1" is sixteen workers that each
@@ -39,17 +48,25 @@
 // /proc/<pid>/stat) of serve, the workers and itself, of PostgreSQL's processes
 // (backends of the step's database apart from background processes and other
 // databases) and Redis, and the whole machine's (/proc/stat), to show where the
-// CPU goes. With Config.ProfileDir, E1's serve processes also write a CPU profile
+// CPU goes. A parallel worker counts for its leader's database. The scale
+// experiment's windows sample every 100 ms and keep the last CPU time of each
+// process seen, so that the parallel workers and backends that exit within a
+// window are counted too. With Config.ProfileDir, E1's serve processes also write a CPU profile
 // of each measured window (see ServeProfiler).
 //
 // # What it must never do
 //
 // The harness changes TaskForge's state only through the HTTP API, as a user
-// would; it reads the tables, never writes them. It never touches a database or
+// would; it reads the tables, never writes them, with one exception: the scale
+// experiment bulk-loads its queues and tasks with harness-only SQL (see
+// queries.go), through plain INSERTs so that the tables' triggers fire, into a
+// database freshly migrated by the binary's `migrate` command and before the
+// step's serve starts, so that serve starts on them as after a restart. It never touches a database or
 // Redis key it did not create, and every process it starts is in a process
 // group of its own that it stops (SIGTERM, then SIGKILL) before Run returns,
 // whether the run succeeded or not; the children also get SIGKILL should the
 // harness die first. It waits on conditions it polls, never on fixed sleeps,
 // except where nothing can be observed (E6's seeded kill moment and the settling
-// of heartbeats in flight at the kill).
+// of heartbeats in flight at the kill) and for the scale experiment's measurement
+// windows and pacing.
 package bench

@@ -50,7 +50,20 @@ type step struct {
 
 // newStep creates the step's database and starts its serve process with the given
 // extra environment; profile, when set, is the CPU profile serve writes.
-func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, profile string) (_ *step, err error) {
+func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, profile string) (*step, error) {
+	return r.newStepWith(ctx, name, serveEnv, profile, nil)
+}
+
+// newPreparedStep is newStep that, before serve starts, migrates the step's
+// database with the binary's `migrate` command and runs prepare on it (the scale
+// experiment's bulk loads), so that serve starts on the prepared data as it would
+// after a restart.
+func (r *runner) newPreparedStep(ctx context.Context, name string, prepare func(context.Context, *step) error) (*step, error) {
+	return r.newStepWith(ctx, name, nil, "", prepare)
+}
+
+func (r *runner) newStepWith(ctx context.Context, name string, serveEnv []string, profile string,
+	prepare func(context.Context, *step) error) (_ *step, err error) {
 	s := &step{r: r, name: name, dbName: "tf_bench_" + randomHex(6), prefix: "tfbench:" + randomHex(8)}
 	s.sampler = cpuSampler{serve: map[int]bool{}, workers: map[int]bool{}, dbName: s.dbName}
 	if err := createDatabase(ctx, r.cfg.DatabaseURL, s.dbName); err != nil {
@@ -62,18 +75,63 @@ func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, pr
 		}
 	}()
 	s.dbURL = localpg.WithDatabase(r.cfg.DatabaseURL, s.dbName)
+	openPool := func() error {
+		pcfg, err := pgxpool.ParseConfig(s.dbURL)
+		if err != nil {
+			return err
+		}
+		pcfg.MaxConns = 4
+		if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+			return fmt.Errorf("connect to %s: %w", s.dbName, err)
+		}
+		return nil
+	}
+	if prepare != nil {
+		if err := s.migrate(ctx); err != nil {
+			return nil, err
+		}
+		if err := openPool(); err != nil {
+			return nil, err
+		}
+		if err := prepare(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.startServe(ctx, serveEnv, profile); err != nil {
 		return nil, err
 	}
-	pcfg, err := pgxpool.ParseConfig(s.dbURL)
-	if err != nil {
-		return nil, err
-	}
-	pcfg.MaxConns = 4
-	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", s.dbName, err)
+	if s.pool == nil {
+		if err := openPool(); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
+}
+
+// migrate applies the binary's migrations to the step's database (`taskforge
+// migrate`), so that a bulk load sees the schema, and the triggers, of the server
+// under test.
+func (s *step) migrate(ctx context.Context) error {
+	p, err := s.r.procs.start(s.name+" migrate", s.r.cfg.Binary, []string{"migrate"},
+		childEnv("DATABASE_URL="+s.dbURL), filepath.Join(s.r.work, s.name+"-migrate.log"))
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.kill()
+		return ctx.Err()
+	case <-t.C:
+		p.kill()
+		return fmt.Errorf("migrate did not finish within %s; its log ends:\n%s", startTimeout, p.logTail(15))
+	}
+	if p.err != nil {
+		return fmt.Errorf("migrate: %v; its log ends:\n%s", p.err, p.logTail(15))
+	}
+	return nil
 }
 
 // startServe starts serve on a free port and waits until it is ready; another

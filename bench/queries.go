@@ -1,7 +1,9 @@
 package bench
 
 // Every SQL statement the harness runs. It only reads TaskForge's tables (every
-// change goes through the HTTP API); task ids are passed as text[] and cast.
+// change goes through the HTTP API), except for the scale experiment's bulk loads
+// below (harness-only SQL: no TaskForge code runs it); task ids are passed as
+// text[] and cast.
 
 // countTerminal counts a queue's tasks that reached a final state.
 const countTerminal = `SELECT count(*) FROM tasks WHERE queue = $1 AND status IN ('done', 'dead', 'cancelled')`
@@ -57,3 +59,45 @@ WHERE t.id = ANY($1::text[]::uuid[])`
 // serverInfo is the server's version and whether the role may create databases.
 const serverInfo = `SELECT version(),
 	(SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user)`
+
+// The scale experiment's bulk loads: harness-only SQL, run on a freshly migrated
+// database before its serve starts, through plain INSERTs so that every trigger
+// on the tables fires as it would for the API's own inserts. Rows take the
+// columns' defaults where the API's inserts do (attempts, releases, flags) and the
+// values an enqueue without options gets: status pending, priority 5, the queue's
+// max_retries, a small JSON payload, a version 7 UUID (the API's kind of id)
+// built from the row's creation time.
+
+// scaleInsertQueues creates queues $1-000000 … $1-<$2 − 1>, with the table's
+// defaults (the API's defaults for a queue created with no settings).
+const scaleInsertQueues = `INSERT INTO queues (name)
+SELECT $1 || '-' || lpad(g::text, 6, '0') FROM generate_series(0, $2::int - 1) AS g`
+
+// scaleUUIDv7 is a version 7 UUID of time ts: its first 48 bits the Unix time in
+// ms, the version nibble 7, the rest gen_random_uuid's random bits.
+const scaleUUIDv7 = `encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+	placing substring(int8send((extract(epoch FROM ts) * 1000)::bigint) FROM 3) FROM 1 FOR 6),
+	52, 1), 53, 1), 'hex')::uuid`
+
+// scaleInsertFutureTasks gives every queue one pending task due an hour from now.
+const scaleInsertFutureTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+	max_retries, created_at, updated_at)
+SELECT ` + scaleUUIDv7 + `, q.name, '{"scale": "future"}'::jsonb, 5, 'pending', ts + interval '1 hour',
+	q.max_retries, ts, ts
+FROM queues q, LATERAL (SELECT now() AS ts) AS t`
+
+// scaleInsertQueue creates one queue with the table's defaults.
+const scaleInsertQueue = `INSERT INTO queues (name) VALUES ($1)`
+
+// scaleInsertRows inserts rows $2 … $3 of queue $1's bulk load: pending tasks
+// due now, created one microsecond apart ending before $4 (the load's start on
+// the database clock), as if enqueued one by one.
+const scaleInsertRows = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+	max_retries, created_at, updated_at)
+SELECT ` + scaleUUIDv7 + `, $1, jsonb_build_object('i', g), 5, 'pending', ts,
+	(SELECT max_retries FROM queues WHERE name = $1), ts, ts
+FROM generate_series($2::bigint, $3::bigint) AS g,
+	LATERAL (SELECT $4::timestamptz - ($5::bigint - g) * interval '1 microsecond' AS ts) AS t`
+
+// scaleCountTasks counts the tasks of the step's database.
+const scaleCountTasks = `SELECT count(*) FROM tasks`

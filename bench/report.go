@@ -23,13 +23,19 @@ type Report struct {
 	Config        Config    `json:"config"`
 	Machine       Machine   `json:"machine"`
 
-	E1       []DrainResult    `json:"e1,omitempty"`
-	E2       []DrainResult    `json:"e2,omitempty"`
-	Latency  []LatencyResult  `json:"latency,omitempty"`
-	E5       []RetryResult    `json:"e5,omitempty"`
-	E6       []RecoveryResult `json:"e6,omitempty"`
-	Medians  []Median         `json:"medians,omitempty"`
-	Problems []string         `json:"problems,omitempty"` // failed checks; empty when all passed
+	E1      []DrainResult    `json:"e1,omitempty"`
+	E2      []DrainResult    `json:"e2,omitempty"`
+	Latency []LatencyResult  `json:"latency,omitempty"`
+	E5      []RetryResult    `json:"e5,omitempty"`
+	E6      []RecoveryResult `json:"e6,omitempty"`
+
+	// ScaleQueues and ScaleRows are the scale experiment's two curves, one
+	// result per point.
+	ScaleQueues []ScaleQueuesResult `json:"scale_queues,omitempty"`
+	ScaleRows   []ScaleRowsResult   `json:"scale_rows,omitempty"`
+
+	Medians  []Median `json:"medians,omitempty"`
+	Problems []string `json:"problems,omitempty"` // failed checks; empty when all passed
 }
 
 // Machine describes where the figures were taken.
@@ -170,6 +176,70 @@ type RecoveryResult struct {
 	Bad            []string `json:"bad,omitempty"`
 }
 
+// ScaleQueuesResult is one point of the scale experiment's queues curve: Queues
+// queues, each holding one task scheduled an hour ahead, and one idle serve.
+type ScaleQueuesResult struct {
+	Step
+	Queues int `json:"queues"`
+	// LoadSeconds is the time the harness's bulk insert of the queues and their
+	// tasks took (before serve started).
+	LoadSeconds float64 `json:"load_s"`
+	// IdleCPU is the CPU over the idle window: serve alone, nothing polling.
+	IdleCPU CPUSplit `json:"idle_cpu"`
+	// ServeCores, PostgresCores (the step database's backends) and
+	// PostgresBackgroundCores are IdleCPU's classes divided by its window.
+	ServeCores              float64 `json:"serve_cores"`
+	PostgresCores           float64 `json:"postgres_cores"`
+	PostgresBackgroundCores float64 `json:"postgres_background_cores"`
+	// Receipt is just before the enqueue request → the long-polling worker's poll
+	// answering with the task, on the harness's clock, one task at a time.
+	Receipt Dist `json:"receipt"`
+	// Enqueue is each enqueue's HTTP round trip.
+	Enqueue Dist `json:"enqueue_rtt"`
+	// BaseQueues is the smallest queue count of the run, and P50Ratio this
+	// point's receipt p50 over that point's (1 for the base itself; 0 when the
+	// base failed).
+	BaseQueues int     `json:"base_queues"`
+	P50Ratio   float64 `json:"p50_ratio"`
+}
+
+// ScaleRowsResult is one point of the scale experiment's rows curve: Rows pending
+// tasks in one queue, one serve, one dashboard live-feed client open.
+type ScaleRowsResult struct {
+	Step
+	Rows int `json:"rows"`
+	// LoadSeconds is the bulk load of the rows (INSERT … SELECT in chunks, triggers
+	// firing), LoadRowsPerSec its rate; VacuumSeconds the VACUUM ANALYZE after it,
+	// not in the rate.
+	LoadSeconds    float64 `json:"load_s"`
+	LoadRowsPerSec float64 `json:"load_rows_per_s"`
+	VacuumSeconds  float64 `json:"vacuum_s"`
+	// StatsTasks is the sum of the depths GET /queues/:name/stats reported
+	// (it should be Rows).
+	StatsTasks int64 `json:"stats_tasks"`
+	// Stats and Metrics are the round trips of GET /queues/:name/stats (back to
+	// back) and GET /metrics (during the window, ScrapeEvery apart).
+	Stats   Dist `json:"stats"`
+	Metrics Dist `json:"metrics"`
+	// MetricsStale counts scrapes whose answer said
+	// "taskforge_state_collector_up 0": serve's state snapshot failed or timed
+	// out, and the depths it served were old.
+	MetricsStale int `json:"metrics_stale"`
+	// FeedCompute is each live-feed snapshot's compute_ms as serve reported it
+	// (the first refresh excluded); FeedGap the time between two refreshes
+	// arriving (about the hub's 1 s interval, or the compute time when longer);
+	// FeedProblems counts "problem" events (a snapshot that failed).
+	FeedCompute  Dist `json:"feed_compute"`
+	FeedGap      Dist `json:"feed_gap"`
+	FeedProblems int  `json:"feed_problems"`
+	// WindowCPU is the CPU over the window in which the metrics were scraped,
+	// with the feed open; the cores are its classes divided by its window.
+	WindowCPU               CPUSplit `json:"window_cpu"`
+	ServeCores              float64  `json:"serve_cores"`
+	PostgresCores           float64  `json:"postgres_cores"`
+	PostgresBackgroundCores float64  `json:"postgres_background_cores"`
+}
+
 // Median is the median over runs of one figure of one configuration.
 type Median struct {
 	Experiment string    `json:"experiment"`
@@ -233,6 +303,23 @@ func (r *Report) computeMedians() {
 		if e.Error == "" {
 			add(ExpRecovery, e.Variant.Name, "expiry_to_redelivery_p50_ms", e.ExpiryToRedelivery.P50)
 			add(ExpRecovery, e.Variant.Name, "kill_to_redelivery_p50_ms", e.KillToRedelivery.P50)
+		}
+	}
+	for _, q := range r.ScaleQueues {
+		if q.Error == "" {
+			cfg := fmt.Sprintf("queues=%d", q.Queues)
+			add(ExpScale, cfg, "receipt_p50_ms", q.Receipt.P50)
+			add(ExpScale, cfg, "idle_serve_cores", q.ServeCores)
+			add(ExpScale, cfg, "idle_postgres_cores", q.PostgresCores)
+		}
+	}
+	for _, w := range r.ScaleRows {
+		if w.Error == "" {
+			cfg := fmt.Sprintf("rows=%d", w.Rows)
+			add(ExpScale, cfg, "stats_p50_ms", w.Stats.P50)
+			add(ExpScale, cfg, "metrics_p50_ms", w.Metrics.P50)
+			add(ExpScale, cfg, "feed_compute_p50_ms", w.FeedCompute.P50)
+			add(ExpScale, cfg, "postgres_cores", w.PostgresCores)
 		}
 	}
 	r.Medians = r.Medians[:0]
@@ -330,6 +417,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writeScale(w); err != nil {
+		return err
+	}
 	if err := r.writeCPU(w); err != nil {
 		return err
 	}
@@ -337,6 +427,50 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "\nPROBLEMS")
 		for _, pr := range r.Problems {
 			fmt.Fprintln(w, "  -", pr)
+		}
+	}
+	return nil
+}
+
+// writeScale writes the scale experiment's two curves, one row per point.
+func (r *Report) writeScale(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	if len(r.ScaleQueues) > 0 {
+		fmt.Fprintln(w, "\nScale: queues (each with one task due in 1 h; idle CPU in cores; enqueue → long-poll receipt, harness clock)")
+		p("queues\tload s\tidle s\tserve\tpostgres\tpg bg\tsamples\tp50 ms\tp95 ms\tmax ms\tp50 ratio\tenqueue rtt p50\tload1\t\n")
+		for _, q := range r.ScaleQueues {
+			if q.Error != "" {
+				p("%d\tfailed: %s\t\n", q.Queues, q.Error)
+				continue
+			}
+			ratio := "–"
+			if q.P50Ratio > 0 {
+				ratio = fmt.Sprintf("%.2f× of %d", q.P50Ratio, q.BaseQueues)
+			}
+			p("%d\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%d\t%.1f\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t\n", q.Queues, q.LoadSeconds,
+				q.IdleCPU.WindowSeconds, q.ServeCores, q.PostgresCores, q.PostgresBackgroundCores, q.Receipt.N,
+				q.Receipt.P50, q.Receipt.P95, q.Receipt.Max, ratio, q.Enqueue.P50, q.LoadAvg[0])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.ScaleRows) > 0 {
+		fmt.Fprintln(w, "\nScale: rows (pending tasks in one queue; p50 / p95 ms; CPU in cores over the scrape window, one live feed open)")
+		p("rows\tload s\trows/s\tstats tasks\tstats\tmetrics\tstale\tfeed compute\tfeed gap p50\tproblems\twindow s\tserve\tpostgres\tpg bg\tload1\t\n")
+		for _, x := range r.ScaleRows {
+			if x.Error != "" {
+				p("%d\tfailed: %s\t\n", x.Rows, x.Error)
+				continue
+			}
+			d2 := func(d Dist) string { return fmt.Sprintf("%.1f / %.1f", d.P50, d.P95) }
+			p("%d\t%.1f\t%.0f\t%d\t%s\t%s\t%d/%d\t%s\t%.0f\t%d\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t\n", x.Rows, x.LoadSeconds,
+				x.LoadRowsPerSec, x.StatsTasks, d2(x.Stats), d2(x.Metrics), x.MetricsStale, x.Metrics.N, d2(x.FeedCompute), x.FeedGap.P50,
+				x.FeedProblems, x.WindowCPU.WindowSeconds, x.ServeCores, x.PostgresCores, x.PostgresBackgroundCores, x.LoadAvg[0])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
 	return nil

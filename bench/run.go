@@ -150,6 +150,8 @@ func (r *runner) runExperiment(ctx context.Context, exp string, run int) error {
 				return err
 			}
 		}
+	case ExpScale:
+		return r.scale(ctx, run)
 	case ExpRecovery:
 		for _, v := range c.E6.Variants {
 			res, err := r.recovery(ctx, run, v)

@@ -20,11 +20,12 @@ func benchCommand() *cobra.Command {
 		jsonOut, experiments, variants  string
 		e1Layouts, e2Layouts, e5Layouts string
 		latLayout, victims, survivors   string
+		scaleQueues, scaleRows          string
 		quiet                           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6) against real PostgreSQL and Redis",
+		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6, scale) against real PostgreSQL and Redis",
 		Long: `Run TaskForge's end-to-end benchmarks. The harness starts its own serve and
 reference worker processes (this same binary), each step in a fresh database
 created on the --database-url server and dropped after, with a fresh Redis key
@@ -36,6 +37,10 @@ prefix, and prints a table (and with --json, writes every figure as JSON).
   e5       every task fails once, then succeeds: checks every history
   e6       workers SIGKILLed holding tasks: lease expiry → re-delivery, under the
            server's default leases (30 s) and short ones (2 s)
+  scale    only when named: idle CPU and enqueue → long-poll latency with 1, 1,000
+           and 10,000 queues (--scale-queues); stats, /metrics and dashboard feed
+           latency and PostgreSQL CPU with 100k, 1M and 10M tasks in a queue
+           (--scale-rows; 10M takes minutes to load)
 
 A layout PxC is P worker processes with --concurrency C each: 16x1 is sixteen
 workers polling for one task at a time, 1x16 one process polling for up to 16.
@@ -61,6 +66,12 @@ Exit status 1 when a step failed or a check did not hold.`,
 			parseOne(latLayout, &cfg.Latency.Layout)
 			parseOne(victims, &cfg.E6.Victims)
 			parseOne(survivors, &cfg.E6.Survivors)
+			if err == nil {
+				cfg.Scale.Queues, err = bench.ParseCounts(scaleQueues)
+			}
+			if err == nil {
+				cfg.Scale.Rows, err = bench.ParseCounts(scaleRows)
+			}
 			if err != nil {
 				return usageError(err)
 			}
@@ -105,7 +116,8 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", bench.DefaultDatabaseURL),
 		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL)")
 	fs.StringVar(&cfg.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL; each step uses a fresh key prefix ($REDIS_URL)")
-	fs.StringVar(&experiments, "experiments", strings.Join(bench.AllExperiments, ","), "experiments to run, comma-separated")
+	fs.StringVar(&experiments, "experiments", strings.Join(bench.DefaultExperiments, ","),
+		"experiments to run, comma-separated, among "+strings.Join(bench.AllExperiments, ", "))
 	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2 and latency (the table shows medians)")
 	fs.IntVar(&cfg.CheckRuns, "check-runs", 1, "repetitions of e5 and e6")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice (e6's kill moments)")
@@ -126,6 +138,13 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.StringVar(&variants, "e6-variants", "default,short", "e6: lease variants (default: 30s lease, 10s heartbeats, 15s watchdog; short: 2s, 500ms, 1s)")
 	fs.StringVar(&victims, "e6-victims", "4x4", "e6: layout of the workers killed, one task per slot")
 	fs.StringVar(&survivors, "e6-survivors", "4x8", "e6: layout of the idle workers that take the tasks over")
+	fs.StringVar(&scaleQueues, "scale-queues", "1,1000,10000", "scale: queue counts of the queues curve (k and M suffixes allowed; none skips it)")
+	fs.StringVar(&scaleRows, "scale-rows", "100k,1M,10M", "scale: pending-task counts of the rows curve (none skips it)")
+	fs.DurationVar(&cfg.Scale.Settle, "scale-settle", 3*time.Second, "scale: wait after serve is ready before measuring")
+	fs.DurationVar(&cfg.Scale.IdleWindow, "scale-idle-window", 15*time.Second, "scale: idle CPU window of each queues point")
+	fs.IntVar(&cfg.Scale.LatencySamples, "scale-latency-samples", 50, "scale: enqueue → long-poll receipts per queues point")
+	fs.IntVar(&cfg.Scale.Samples, "scale-samples", 20, "scale: stats requests, metrics scrapes and feed refreshes per rows point")
+	fs.DurationVar(&cfg.Scale.ScrapeEvery, "scale-scrape-every", 2500*time.Millisecond, "scale: pause between metrics scrapes in the rows window")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the processes' logs (default: a temporary one, removed unless a step fails)")
 	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
