@@ -87,8 +87,8 @@ type Config struct {
 }
 
 // ListenOff is the ListenDatabaseURL that turns LISTEN off: the dispatcher then
-// finds new work on its tick (DispatchInterval), on enqueues into this replica and
-// when a retry or schedule falls due.
+// finds newly enqueued work on its tick (DispatchInterval); retries and scheduled
+// tasks still go out when they fall due.
 const ListenOff = "off"
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -239,7 +239,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	listenConn, noListen, _ := cfg.listen() // checked by Validate
 	if noListen {
-		log.Info("LISTEN is off: the dispatcher finds work enqueued through other replicas on its tick",
+		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
 			"dispatch_interval", cfg.DispatchInterval)
 	}
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
