@@ -19,6 +19,7 @@ func TestListenDatabaseURL(t *testing.T) {
 		{listen: ""},
 		{listen: "postgres://direct:5432/tf", wantHost: "direct", pooled: true},
 		{listen: "off", wantOff: true, pooled: true},
+		{listen: "OFF", wantOff: true, pooled: true},
 		{listen: "postgres://direct:notaport/tf", wantErr: "TASKFORGE_LISTEN_DATABASE_URL"},
 	} {
 		c := base

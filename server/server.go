@@ -137,10 +137,10 @@ func (c Config) pooled() bool { return c.ListenDatabaseURL != "" }
 // listen returns the dispatcher's LISTEN connection (nil: like the pool's) and
 // whether LISTEN is off.
 func (c Config) listen() (conn *pgx.ConnConfig, off bool, err error) {
-	switch c.ListenDatabaseURL {
-	case "":
+	switch {
+	case c.ListenDatabaseURL == "":
 		return nil, false, nil
-	case ListenOff:
+	case strings.EqualFold(c.ListenDatabaseURL, ListenOff):
 		return nil, true, nil
 	}
 	conn, err = pgx.ParseConfig(c.ListenDatabaseURL)
