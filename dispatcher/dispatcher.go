@@ -61,6 +61,13 @@ type Config struct {
 	RepairPage int
 	// Telemetry receives dispatch transitions; nil disables them.
 	Telemetry *telemetry.Telemetry
+	// ListenConnConfig is where the LISTEN connection goes. Nil means a connection
+	// configured like the store's pool, which must then reach PostgreSQL directly
+	// (a transaction pooler does not deliver notifications to a session).
+	ListenConnConfig *pgx.ConnConfig
+	// NoListen turns LISTEN off: passes then run on the tick, on Wake and when
+	// the earliest waiting task falls due.
+	NoListen bool
 	// OnPass, when set, hears of every pass Run makes, after it (tests use it to
 	// wait for a pass instead of sleeping). It runs on Run's goroutine.
 	OnPass func(Pass)
@@ -276,8 +283,12 @@ func jitter(d time.Duration) time.Duration {
 	return d - d/10 + rand.N(d/5+1)
 }
 
-// listen wakes the loop on NOTIFY. It reconnects with backoff until ctx is done.
+// listen wakes the loop on NOTIFY, unless NoListen. It reconnects with backoff
+// until ctx is done.
 func (d *Dispatcher) listen(ctx context.Context) {
+	if d.cfg.NoListen {
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := d.listenOnce(ctx)
@@ -295,7 +306,11 @@ func (d *Dispatcher) listen(ctx context.Context) {
 }
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, d.store.Pool().Config().ConnConfig.Copy())
+	cfg := d.cfg.ListenConnConfig
+	if cfg == nil {
+		cfg = d.store.Pool().Config().ConnConfig
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

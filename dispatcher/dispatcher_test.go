@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -180,4 +182,121 @@ func TestRunDispatchesAScheduledTaskWhenDueNotOnTheNextTick(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// behindPgBouncer returns a store on a fresh migrated database whose pool goes
+// through PgBouncer in transaction mode, a store on the same database directly
+// (the producer side), and the direct URL.
+func behindPgBouncer(t *testing.T) (bouncer, direct *storage.Store, directURL string) {
+	t.Helper()
+	ctx := context.Background()
+	directURL = testenv.NewDatabase(t)
+	directPool, err := storage.Connect(ctx, directURL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(directPool.Close)
+	if _, err := migrations.Apply(ctx, directPool); err != nil {
+		t.Fatal(err)
+	}
+	direct = storage.New(directPool)
+	if _, err := direct.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	pb := testenv.StartPgBouncer(t, directURL)
+	pool, err := storage.Connect(ctx, pb.URL, 4, storage.BehindTransactionPooler(pb.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return storage.New(pool), direct, directURL
+}
+
+// listeners counts the sessions on s's database named application whose last
+// statement was LISTEN on storage.DueChannel.
+func listeners(t *testing.T, s *storage.Store, application string) int {
+	t.Helper()
+	var n int
+	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1 AND query = 'LISTEN '||$2`,
+		application, storage.DueChannel).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitBuffered waits until queue q's buffer holds n ids.
+func waitBuffered(t *testing.T, b bundle, n int64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.rdb.ZCard(context.Background(), b.buf.Key("q")).Val() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: buffer holds %d ids, want %d", what, b.rdb.ZCard(context.Background(), b.buf.Key("q")).Val(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestListenConnConfigWakesBehindPgBouncer: with the store's pool behind PgBouncer,
+// LISTEN goes to ListenConnConfig (a direct connection), and a NOTIFY from another
+// process's enqueue wakes the dispatcher long before its hour-long tick.
+func TestListenConnConfigWakesBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	pooled, direct, directURL := behindPgBouncer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := bundle{store: pooled, buf: buffer.New(rdb, testenv.RedisPrefix(t)), rdb: rdb}
+	listenCfg, err := pgx.ParseConfig(directURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listenCfg.RuntimeParams["application_name"] = "tf-dispatcher-listen"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := dispatcher.New(pooled, b.buf, dispatcher.Config{Interval: time.Hour, ListenConnConfig: listenCfg}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	enqueue(t, direct, 3, nil)
+	waitBuffered(t, b, 3, "first pass or NOTIFY")
+	deadline := time.Now().Add(10 * time.Second)
+	for listeners(t, direct, "tf-dispatcher-listen") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no LISTEN session from ListenConnConfig")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	enqueue(t, direct, 2, nil) // by another process: only NOTIFY can tell the dispatcher
+	waitBuffered(t, b, 5, "NOTIFY over the direct connection")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoListenDispatchesOnTheTick: with LISTEN off the dispatcher opens no LISTEN
+// session, and work enqueued elsewhere is buffered by the next tick.
+func TestNoListenDispatchesOnTheTick(t *testing.T) {
+	t.Parallel()
+	pooled, direct, _ := behindPgBouncer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := bundle{store: pooled, buf: buffer.New(rdb, testenv.RedisPrefix(t)), rdb: rdb}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := dispatcher.New(pooled, b.buf, dispatcher.Config{Interval: 200 * time.Millisecond, NoListen: true}, quiet)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	enqueue(t, direct, 4, nil)
+	waitBuffered(t, b, 4, "the tick")
+	var n int
+	if err := direct.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d LISTEN sessions with NoListen (%v), want 0", n, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

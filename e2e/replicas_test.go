@@ -48,8 +48,9 @@ func taskforgeBinary(t *testing.T) string {
 
 // replica is a `taskforge serve` process.
 type replica struct {
-	URL string
-	cmd *exec.Cmd
+	URL     string
+	LogPath string // the process's stdout and stderr
+	cmd     *exec.Cmd
 }
 
 func startReplica(t *testing.T, env []string) *replica {
@@ -65,7 +66,7 @@ func startReplica(t *testing.T, env []string) *replica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
+	r := &replica{URL: fmt.Sprintf("http://127.0.0.1:%d", port), LogPath: logFile.Name(), cmd: cmd}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

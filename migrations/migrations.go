@@ -4,7 +4,8 @@
 // version order inside its own transaction and recorded in taskforge_migrations.
 // Migrations are forward-only and must stay safe while replicas of the previous
 // release still run. Apply serialises concurrent callers (replicas starting
-// together) with a PostgreSQL advisory lock.
+// together) with a transaction-scoped PostgreSQL advisory lock, and holds no
+// session state, so it also runs through PgBouncer in transaction mode.
 package migrations
 
 import (
@@ -66,45 +67,35 @@ func All() ([]Migration, error) {
 }
 
 // Apply applies every migration not yet recorded and returns the versions it applied.
-// It holds a session advisory lock for its whole run, so concurrent callers apply
-// each migration exactly once.
+//
+// Each migration runs in its own transaction that first takes a transaction-scoped
+// advisory lock and re-reads the version table, so concurrent callers apply each
+// migration exactly once. Apply keeps no session state (no session lock, no named
+// prepared statement: every statement goes over the simple protocol), so pool may
+// reach PostgreSQL through a pooler in transaction mode such as PgBouncer.
 func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pool.Acquire(ctx)
+	// Under the lock too: two first replicas creating the table at once would collide.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lock(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS taskforge_migrations (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate: acquire connection: %w", err)
-	}
-	defer conn.Release()
-
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take advisory lock: %w", err)
-	}
-	defer func() {
-		// A fresh context: the caller's may already be done, and the lock must not leak
-		// into the pool.
-		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", advisoryLockKey)
-	}()
-
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS taskforge_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("migrate: create version table: %w", err)
 	}
-	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, "SELECT version FROM taskforge_migrations")
+	// Read without the lock: on an up-to-date schema, the usual start, nothing waits.
+	applied, err := appliedVersions(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
-	}
-	for _, v := range versions {
-		applied[v] = true
 	}
 
 	var done []int
@@ -112,17 +103,59 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		if applied[m.Version] {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		ran := false
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := lock(ctx, tx); err != nil {
+				return err
+			}
+			// Another caller may have applied it while we waited for the lock.
+			var exists bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM taskforge_migrations WHERE version = $1)",
+				pgx.QueryExecModeSimpleProtocol, m.Version).Scan(&exists); err != nil || exists {
+				return err
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO taskforge_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
-			return err
+			if _, err := tx.Exec(ctx, "INSERT INTO taskforge_migrations (version, name) VALUES ($1, $2)",
+				pgx.QueryExecModeSimpleProtocol, m.Version, m.Name); err != nil {
+				return err
+			}
+			ran = true
+			return nil
 		})
 		if err != nil {
 			return done, fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
-		done = append(done, m.Version)
+		if ran {
+			done = append(done, m.Version)
+		}
 	}
 	return done, nil
+}
+
+// lock takes TaskForge's migration lock until tx ends. It conflicts with the session
+// lock on the same key that earlier releases took, so mixed replicas still serialise.
+func lock(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", advisoryLockKey)); err != nil {
+		return fmt.Errorf("take advisory lock: %w", err)
+	}
+	return nil
+}
+
+// appliedVersions returns the versions recorded in taskforge_migrations.
+func appliedVersions(ctx context.Context, pool *pgxpool.Pool) (map[int]bool, error) {
+	rows, err := pool.Query(ctx, "SELECT version FROM taskforge_migrations", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
 }

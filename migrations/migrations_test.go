@@ -74,3 +74,59 @@ func TestMigrationsAreNumberedInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyThroughPgBouncer: replicas whose pools reach PostgreSQL through PgBouncer
+// in transaction mode apply each migration once, and leave no advisory lock behind
+// on the server sessions they shared (a session lock would stay with whichever
+// session took it, and block every later start).
+func TestApplyThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.NewDatabase(t)
+	bouncer := testenv.StartPgBouncer(t, url)
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const replicas = 3
+	applied := make([][]int, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := 0; i < replicas; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := storage.Connect(ctx, bouncer.URL, 2)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			applied[i], errs[i] = migrations.Apply(ctx, pool)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range applied {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		total += len(applied[i])
+	}
+	if total != len(all) {
+		t.Fatalf("%d migrations applied across %d replicas behind PgBouncer, want %d (each once)", total, replicas, len(all))
+	}
+	direct, err := storage.Connect(ctx, url, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	var locks int
+	if err := direct.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND d.datname = current_database()`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != 0 {
+		t.Fatalf("%d advisory locks still held after Apply returned", locks)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -39,8 +40,14 @@ import (
 // that `taskforge serve` documents (README, Configuration).
 type Config struct {
 	DatabaseURL string // required
-	RedisURL    string // required unless Redis is given
-	Listen      string // defaults to ":8080"
+	// ListenDatabaseURL is where the dispatcher's LISTEN connection goes. Empty
+	// means DatabaseURL. Set it when DatabaseURL reaches PostgreSQL through a
+	// transaction pooler such as PgBouncer: a URL that reaches PostgreSQL directly,
+	// or ListenOff to poll on the dispatch tick alone. Either way DatabaseURL is then
+	// used without named prepared statements (storage.BehindTransactionPooler).
+	ListenDatabaseURL string
+	RedisURL          string // required unless Redis is given
+	Listen            string // defaults to ":8080"
 	// RedisCluster makes RedisURL name the seed nodes of a Redis Cluster
 	// (redis://host:port?addr=host2:port&addr=host3:port) rather than one server.
 	RedisCluster bool
@@ -86,6 +93,11 @@ type Config struct {
 	Auth auth.Config
 }
 
+// ListenOff is the ListenDatabaseURL that turns LISTEN off: the dispatcher then
+// finds newly enqueued work on its tick (DispatchInterval); retries and scheduled
+// tasks still go out when they fall due.
+const ListenOff = "off"
+
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	c.Listen = cmp.Or(c.Listen, ":8080")
@@ -123,7 +135,30 @@ func (c Config) Validate() error {
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("TASKFORGE_TLS_CERT and TASKFORGE_TLS_KEY go together")
 	}
+	if _, _, err := c.listen(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// pooled reports whether DatabaseURL goes through a transaction pooler: the
+// operator said so by giving LISTEN a connection of its own, or none.
+func (c Config) pooled() bool { return c.ListenDatabaseURL != "" }
+
+// listen returns the dispatcher's LISTEN connection (nil: like the pool's) and
+// whether LISTEN is off.
+func (c Config) listen() (conn *pgx.ConnConfig, off bool, err error) {
+	switch {
+	case c.ListenDatabaseURL == "":
+		return nil, false, nil
+	case strings.EqualFold(c.ListenDatabaseURL, ListenOff):
+		return nil, true, nil
+	}
+	conn, err = pgx.ParseConfig(c.ListenDatabaseURL)
+	if err != nil {
+		return nil, false, fmt.Errorf("TASKFORGE_LISTEN_DATABASE_URL (a PostgreSQL URL, or %q): %w", ListenOff, err)
+	}
+	return conn, false, nil
 }
 
 // Server is one running replica.
@@ -151,7 +186,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pool, err := storage.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	var connOpts []storage.ConnectOption
+	if cfg.pooled() {
+		connOpts = append(connOpts, storage.BehindTransactionPooler(cfg.DatabaseURL))
+	}
+	pool, err := storage.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns, connOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +249,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Auth.Mount(s.API.Engine())
 	audits.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
-	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry},
+	listenConn, noListen, _ := cfg.listen() // checked by Validate
+	if noListen {
+		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
+			"dispatch_interval", cfg.DispatchInterval)
+	}
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
+		ListenConnConfig: listenConn, NoListen: noListen},
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,8 +50,31 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 // Pool returns the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// ConnectOption tunes Connect.
+type ConnectOption func(*pgxpool.Config)
+
+// PooledExecMode is the query execution mode BehindTransactionPooler picks: each
+// query carries its own parse (an unnamed statement, one round trip once the
+// statement's description is cached per connection), so no named prepared
+// statement has to outlive a transaction.
+const PooledExecMode = pgx.QueryExecModeCacheDescribe
+
+// BehindTransactionPooler says url reaches PostgreSQL through a pooler in
+// transaction mode (PgBouncer before 1.21, or with max_prepared_statements = 0),
+// where a server session is only lent for one transaction: queries then use
+// PooledExecMode instead of named prepared statements. A default_query_exec_mode
+// written in the URL wins, e.g. cache_statement for a pooler that keeps prepared
+// statements.
+func BehindTransactionPooler(url string) ConnectOption {
+	return func(cfg *pgxpool.Config) {
+		if !strings.Contains(url, "default_query_exec_mode") {
+			cfg.ConnConfig.DefaultQueryExecMode = PooledExecMode
+		}
+	}
+}
+
 // Connect opens a pool on url with TaskForge's connection settings.
-func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+func Connect(ctx context.Context, url string, maxConns int32, opts ...ConnectOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -61,6 +85,9 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		ConfigureConn(conn)
 		return nil
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -64,6 +64,8 @@ func (f *serverFlags) boolVar(fs *pflag.FlagSet, p *bool, flag, env, usage strin
 func (f *serverFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&c.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
+	fs.StringVar(&c.ListenDatabaseURL, "listen-database-url", envOr("TASKFORGE_LISTEN_DATABASE_URL", ""),
+		"direct PostgreSQL URL for the dispatcher's LISTEN when the database URL goes through PgBouncer in transaction mode, or \"off\" to poll on the dispatch tick ($TASKFORGE_LISTEN_DATABASE_URL)")
 	fs.StringVar(&c.RedisURL, "redis-url", envOr("REDIS_URL", ""), "Redis URL ($REDIS_URL)")
 	f.boolVar(fs, &c.RedisCluster, "redis-cluster", "TASKFORGE_REDIS_CLUSTER",
 		"the Redis URL names Redis Cluster seed nodes: redis://host:port?addr=host2:port&addr=host3:port")

@@ -30,3 +30,18 @@ func TestServeFlagsFromEnvironment(t *testing.T) {
 		t.Fatalf("errors %v, want one naming $TASKFORGE_REDIS_CLUSTER", bad.envErrs)
 	}
 }
+
+// TestListenDatabaseURLFromEnvironment: the LISTEN URL comes from its variable and
+// the flag overrides it, "off" included.
+func TestListenDatabaseURLFromEnvironment(t *testing.T) {
+	t.Setenv("TASKFORGE_LISTEN_DATABASE_URL", "postgres://direct:5432/tf")
+	var f serverFlags
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	f.register(fs)
+	if got := f.cfg.ListenDatabaseURL; got != "postgres://direct:5432/tf" {
+		t.Fatalf("from the environment: %q", got)
+	}
+	if err := fs.Parse([]string{"--listen-database-url=off"}); err != nil || f.cfg.ListenDatabaseURL != "off" {
+		t.Fatalf("--listen-database-url=off over the variable: %v, %q", err, f.cfg.ListenDatabaseURL)
+	}
+}

@@ -283,3 +283,18 @@ func waitGone(pids []int, timeout time.Duration) {
 		}
 	}
 }
+
+// ServerCredential returns the credential a server program the harness starts
+// should run with: nil when the process is not root, else the `postgres` system
+// user, or `nobody` when there is no such user. Programs that refuse to run as
+// root (PgBouncer) use it as PostgreSQL does.
+func ServerCredential() (*syscall.Credential, error) { return runAsCredential() }
+
+// HandOver gives dir and everything below it to cred's user and lets that user
+// reach it (ancestors get o+x). A nil cred does nothing.
+func HandOver(dir string, cred *syscall.Credential) error {
+	if err := chownTree(dir, cred); err != nil {
+		return err
+	}
+	return ensureTraversable(dir, cred)
+}

@@ -7,8 +7,9 @@
 //
 // and tests then ask for what they need: NewDatabase for a fresh, empty
 // database of their own, RedisPrefix for a key prefix of their own on the
-// shared Redis, or StartRedisServer / StartPostgresServer for a dedicated
-// server they may kill, flush or restart.
+// shared Redis, StartRedisServer / StartPostgresServer for a dedicated
+// server they may kill, flush or restart, or StartPgBouncer for a PgBouncer in
+// transaction mode in front of their database.
 //
 // # Which servers
 //

@@ -331,3 +331,33 @@ func TestThrowawayServers(t *testing.T) {
 		})
 	}
 }
+
+// TestStartPgBouncer: queries through PgBouncer reach the test database, and the
+// pool works per transaction: three clients connected at once all get answers from
+// at most PgBouncerPoolSize server sessions (in session mode the third would wait).
+func TestStartPgBouncer(t *testing.T) {
+	t.Parallel()
+	db := NewDatabase(t)
+	b := StartPgBouncer(t, db)
+	direct := pgConnect(t, db)
+	var want string
+	if err := direct.QueryRow(ctxT(t), "SELECT current_database()").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	backends := map[int32]bool{}
+	for i := 0; i < PgBouncerPoolSize+1; i++ {
+		conn := pgConnect(t, b.URL)
+		var name string
+		var pid int32
+		if err := conn.QueryRow(ctxT(t), "SELECT current_database(), pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&name, &pid); err != nil {
+			t.Fatalf("client %d through pgbouncer: %v", i, err)
+		}
+		if name != want {
+			t.Fatalf("client %d reached database %q, want %q", i, name, want)
+		}
+		backends[pid] = true
+	}
+	if len(backends) > PgBouncerPoolSize {
+		t.Fatalf("%d server sessions for %d clients, want at most %d", len(backends), PgBouncerPoolSize+1, PgBouncerPoolSize)
+	}
+}
