@@ -37,6 +37,7 @@ func runDispatcher(t *testing.T, b bundle, cfg dispatcher.Config) (*dispatcher.D
 	t.Helper()
 	passes := make(chan dispatcher.Pass, 100)
 	cfg.OnPass = func(p dispatcher.Pass) { passes <- p }
+	cfg.NoListen = true // no LISTEN (re)connect and its sweep: the tests' wake-ups are their own
 	d := dispatcher.New(b.store, b.buf, cfg, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -125,7 +126,7 @@ func TestATimedPassDispatchesOnlyTheQueuesWhoseTasksBecameDue(t *testing.T) {
 	for _, n := range names {
 		insertQuietly(t, b.store, n, 1, -time.Hour)
 	}
-	_, passes := runDispatcher(t, b, dispatcher.Config{Interval: time.Hour, SweepInterval: time.Hour, RepairInterval: time.Hour})
+	d, passes := runDispatcher(t, b, dispatcher.Config{Interval: time.Hour, SweepInterval: time.Hour, RepairInterval: time.Hour})
 	nextPass(t, passes, "first (a sweep)", func(p dispatcher.Pass) bool { return p.Sweep })
 	at := time.Now().Add(300 * time.Millisecond)
 	if _, err := b.store.Pool().Exec(ctx, `UPDATE tasks SET scheduled_at = $1 WHERE queue = 'q042'`, at); err != nil {
@@ -133,9 +134,7 @@ func TestATimedPassDispatchesOnlyTheQueuesWhoseTasksBecameDue(t *testing.T) {
 	}
 	// No NOTIFY came: the plain UPDATE is found by the timed pass planned after the
 	// next wake-up, here one for an unrelated queue.
-	if _, err := b.store.Pool().Exec(ctx, `SELECT pg_notify($1, 'q000')`, storage.DueChannel); err != nil {
-		t.Fatal(err)
-	}
+	d.Wake("q000")
 	p := nextPass(t, passes, "that moves q042's task", func(p dispatcher.Pass) bool { return p.Moved["q042"] > 0 })
 	if p.Sweep || !p.Timed || len(p.Moved) != 1 {
 		t.Fatalf("pass %+v, want a timed pass moving q042 alone", p)

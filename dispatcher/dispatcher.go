@@ -218,7 +218,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		// After a timed pass, plan the next; after a wake-up, bring it forward if a
 		// task the wake-up announced (a retry, a schedule) is due sooner.
-		if next := time.Now().Add(d.nextPass(ctx)); timed || next.Before(deadline) {
+		if next := time.Now().Add(d.nextPass(ctx, lastSweep.Add(d.cfg.SweepInterval))); timed || next.Before(deadline) {
 			deadline = next
 			tick.Reset(time.Until(deadline))
 		}
@@ -267,11 +267,12 @@ func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 	return p
 }
 
-// nextPass is how long to sleep: until the earliest waiting task becomes due (a
-// schedule or the end of a retry backoff), at most a tick.
-func (d *Dispatcher) nextPass(ctx context.Context) time.Duration {
-	wait := jitter(d.cfg.Interval)
-	if due, ok, err := d.store.NextDue(ctx); err == nil && ok {
+// nextPass is how long to sleep: until the earliest waiting task that the last timed
+// pass did not see becomes due (a schedule or the end of a retry backoff), at once
+// when one is due already, at most a tick, and never past the next sweep.
+func (d *Dispatcher) nextPass(ctx context.Context, nextSweep time.Time) time.Duration {
+	wait := min(jitter(d.cfg.Interval), max(time.Until(nextSweep), time.Millisecond))
+	if due, ok, err := d.store.NextDue(ctx, d.horizon); err == nil && ok {
 		// A few milliseconds late, so the task is due on the database clock.
 		wait = min(wait, max(due+2*time.Millisecond, time.Millisecond))
 	}

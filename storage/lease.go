@@ -29,10 +29,11 @@ func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelW
 }
 
 // NextDue returns how long until the earliest waiting task (scheduled, or in retry
-// backoff) becomes due, and false when none waits.
-func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+// backoff) due after the given database time becomes due (negative when it is due
+// already), and false when none waits.
+func (s *Store) NextDue(ctx context.Context, after time.Time) (time.Duration, bool, error) {
 	var wait *float64
-	if err := s.pool.QueryRow(ctx, nextDue).Scan(&wait); err != nil {
+	if err := s.pool.QueryRow(ctx, nextDue, after).Scan(&wait); err != nil {
 		return 0, false, fmt.Errorf("next due task: %w", err)
 	}
 	if wait == nil {

@@ -184,11 +184,13 @@ UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
 FROM due WHERE t.id = due.id
 RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent`
 
-// nextDue is how many seconds until the earliest waiting task becomes due (NULL
-// when none waits): one probe of tasks_due_at_idx, whatever the number of queues. A
-// paused queue's task may answer; the pass it wakes then finds nothing to move.
+// nextDue is how many seconds until the earliest waiting task due after $1 (the
+// database clock of the dispatcher's last timed pass) becomes due: negative when it
+// is due already, NULL when none waits. One probe of tasks_due_at_idx, whatever the
+// number of queues. A paused queue's task may answer; the pass it wakes then finds
+// nothing to move, and looks past it next time.
 const nextDue = `SELECT extract(epoch FROM min(scheduled_at) - now())::float8 FROM tasks
-WHERE status IN ('pending', 'retry') AND scheduled_at > now()`
+WHERE status IN ('pending', 'retry') AND scheduled_at > $1`
 
 // newlyDue lists the unpaused queues holding a pending or retry task that became due
 // after $1 (and is due now), with the database clock, which the caller passes back as
