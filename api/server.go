@@ -89,6 +89,10 @@ type Server struct {
 	// OnDue, when set, is called when a nack or replay leaves a queue with work due
 	// now, so the replica's dispatcher can run without waiting for its tick.
 	OnDue func(queue string)
+	// OnEnqueued, when set, is called after an enqueue created tasks. Without LISTEN
+	// (behind a transaction pooler) nothing else tells this replica's dispatcher of
+	// them before its sweep; with LISTEN, the enqueue's NOTIFY does, so leave it nil.
+	OnEnqueued func(queue string)
 	// OnLow, when set, is called when a poll leaves a queue's buffer nearly empty
 	// (below LowWater ids), so the replica's dispatcher refills it from the backlog.
 	OnLow func(queue string)

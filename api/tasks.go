@@ -188,10 +188,15 @@ func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) (
 		span.RecordError(err)
 		return nil, err
 	}
+	created := false
 	for _, e := range out {
 		if e.Created {
+			created = true
 			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
 		}
+	}
+	if created && s.OnEnqueued != nil {
+		s.OnEnqueued(queue)
 	}
 	return out, nil
 }

@@ -98,14 +98,18 @@ SELECT queue, 'attempt:' || status, date_bin('10 seconds', finished_at, 'epoch')
 FROM attempts WHERE status <> 'executing' AND finished_at > now() - interval '1 hour'
 GROUP BY 1, 2, 3;
 
--- Dispatch by queue: the dispatcher's wake-up pass finds the queues whose waiting
--- tasks became due since its last pass (nextDue, newlyDue), and its periodic sweep
--- probes each queue once for due work (dueQueues), neither of them one statement
--- per queue.
+-- Dispatch by queue. The dispatcher's timed pass finds the queues whose waiting tasks
+-- became due since its last pass (newlyDue), and plans the next (nextDue), through
+-- this index of the tasks that were written to wait: scheduled ahead, or backing off
+-- after a failure. A task due when it was written (an enqueue without a schedule, a
+-- release) is not in it: its own wake-up (NOTIFY, the release) dispatches it. So a
+-- backlog of due tasks, however large, costs the timed pass nothing, and no
+-- statement that reads a queue's due tasks in priority order (dispatchDue, whose
+-- WHERE clause does not imply this predicate) can be planned on it instead of
+-- tasks_dispatch_idx. The periodic sweep probes the head of each queue's priority
+-- levels in tasks_dispatch_idx (dueQueues): one statement, never one per queue.
 CREATE INDEX tasks_due_at_idx ON tasks (scheduled_at) INCLUDE (queue)
-    WHERE status IN ('pending', 'retry');
-CREATE INDEX tasks_queue_due_idx ON tasks (queue, scheduled_at)
-    WHERE status IN ('pending', 'retry');
+    WHERE status IN ('pending', 'retry') AND scheduled_at > updated_at;
 -- The repair pass pages through every queue's buffered tasks in one statement.
 CREATE INDEX tasks_buffered_idx ON tasks (dispatched_at, id) WHERE status = 'claimed';
 -- Retention deletes expired finished tasks of every queue in one statement.

@@ -260,6 +260,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.API.OnDue = s.Dispatcher.Wake
+	if noListen { // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
+		s.API.OnEnqueued = s.Dispatcher.Wake
+	}
 	s.API.OnLow, s.API.LowWater = s.Dispatcher.WakeLow, dispatcher.LowWater
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention},

@@ -140,12 +140,18 @@ WHERE c.bucket = '-infinity' OR c.bucket >= w.start
 GROUP BY c.queue, c.metric, w.start`
 
 // oldestWaiting is, for each queue of $1, the age in seconds of its oldest task
-// that is due and not yet running: the head of its due pending and retry tasks
-// (one probe of tasks_queue_due_idx) or its oldest buffered task (bounded by the
-// buffer's size), whichever is older.
+// that is due and not yet running: the oldest head of its priority levels of due
+// pending and retry tasks (ten probes of tasks_dispatch_idx), or its oldest buffered
+// task (bounded by the buffer's size), whichever is older.
 const oldestWaiting = `SELECT q.name, extract(epoch FROM now() - least(
-	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status IN ('pending', 'retry')
-		AND scheduled_at <= now()),
+	(SELECT min(head.scheduled_at) FROM generate_series(1, 10) AS level(priority)
+		CROSS JOIN LATERAL (
+			SELECT scheduled_at FROM tasks
+			WHERE queue = q.name AND status IN ('pending', 'retry') AND priority = level.priority
+				AND scheduled_at <= now()
+			ORDER BY scheduled_at
+			LIMIT 1
+		) head),
 	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status = 'claimed'
 		AND scheduled_at <= now())))::float8
 FROM unnest($1::text[]) AS q(name)`
@@ -186,26 +192,36 @@ RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.tracepa
 
 // nextDue is how many seconds until the earliest waiting task due after $1 (the
 // database clock of the dispatcher's last timed pass) becomes due: negative when it
-// is due already, NULL when none waits. One probe of tasks_due_at_idx, whatever the
-// number of queues. A paused queue's task may answer; the pass it wakes then finds
+// is due already, NULL when none waits. One probe of tasks_due_at_idx (the tasks
+// written to wait: scheduled ahead or backing off), whatever the number of queues or
+// of due tasks. A paused queue's task may answer; the pass it wakes then finds
 // nothing to move, and looks past it next time.
 const nextDue = `SELECT extract(epoch FROM min(scheduled_at) - now())::float8 FROM tasks
-WHERE status IN ('pending', 'retry') AND scheduled_at > $1`
+WHERE status IN ('pending', 'retry') AND scheduled_at > updated_at AND scheduled_at > $1`
 
-// newlyDue lists the unpaused queues holding a pending or retry task that became due
-// after $1 (and is due now), with the database clock, which the caller passes back as
-// the next $1. It reads tasks_due_at_idx from $1 on: its cost is the number of tasks
-// that became due, not the number of queues or of waiting tasks.
+// newlyDue lists the unpaused queues holding a task written to wait that became due
+// after $1 (and is due now), with the database clock, which the caller passes back
+// as the next $1. It reads tasks_due_at_idx from $1 on: its cost is the number of
+// tasks that became due, not the number of queues or of waiting tasks.
 const newlyDue = `SELECT coalesce(array_agg(DISTINCT d.queue) FILTER (WHERE NOT q.paused), '{}'), now()
 FROM (SELECT queue FROM tasks
-	WHERE status IN ('pending', 'retry') AND scheduled_at > $1 AND scheduled_at <= now()) d
+	WHERE status IN ('pending', 'retry') AND scheduled_at > updated_at
+		AND scheduled_at > $1 AND scheduled_at <= now()) d
 JOIN queues q ON q.name = d.queue`
 
 // dueQueues lists every unpaused queue holding a due pending or retry task: the
-// periodic sweep's one statement, one probe of tasks_queue_due_idx per queue.
+// periodic sweep's one statement. It probes the head of each priority level of each
+// queue in tasks_dispatch_idx, stopping at the first due one.
 const dueQueues = `SELECT q.name FROM queues q
-WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
-	WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.scheduled_at <= now())`
+WHERE NOT q.paused AND EXISTS (
+	SELECT 1 FROM generate_series(1, 10) AS level(priority)
+	CROSS JOIN LATERAL (
+		SELECT 1 FROM tasks t
+		WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.priority = level.priority
+			AND t.scheduled_at <= now()
+		ORDER BY t.scheduled_at
+		LIMIT 1
+	) head)`
 
 // dbNow is the database clock.
 const dbNow = `SELECT now()`
