@@ -264,6 +264,13 @@ func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 	p := Pass{Timed: timed, Sweep: sweep, Moved: map[string]int{}}
 	p.Queues, errs = d.dispatch(ctx, queues, p.Moved, errs)
 	p.Err = errors.Join(errs...)
+	if p.Err != nil { // try them again on the next pass, not only at the sweep
+		d.mu.Lock()
+		for _, q := range queues {
+			d.wanted[q] = struct{}{}
+		}
+		d.mu.Unlock()
+	}
 	return p
 }
 

@@ -106,10 +106,16 @@ GROUP BY 1, 2, 3;
 -- backlog of due tasks, however large, costs the timed pass nothing, and no
 -- statement that reads a queue's due tasks in priority order (dispatchDue, whose
 -- WHERE clause does not imply this predicate) can be planned on it instead of
--- tasks_dispatch_idx. The periodic sweep probes the head of each queue's priority
--- levels in tasks_dispatch_idx (dueQueues): one statement, never one per queue.
+-- tasks_dispatch_idx.
 CREATE INDEX tasks_due_at_idx ON tasks (scheduled_at) INCLUDE (queue)
     WHERE status IN ('pending', 'retry') AND scheduled_at > updated_at;
+-- The periodic sweep probes each queue's earliest waiting task once (dueQueues: one
+-- statement, never one per queue), and the oldest-age read finds a queue's oldest
+-- due task. "priority > 0" is always true (priorities are 1..10): it is there so
+-- that only statements that say it may use this index, and never the dispatch
+-- statement, whose priority-ordered read must stay on tasks_dispatch_idx.
+CREATE INDEX tasks_queue_due_idx ON tasks (queue, scheduled_at)
+    WHERE status IN ('pending', 'retry') AND priority > 0;
 -- The repair pass pages through every queue's buffered tasks in one statement.
 CREATE INDEX tasks_buffered_idx ON tasks (dispatched_at, id) WHERE status = 'claimed';
 -- Retention deletes expired finished tasks of every queue in one statement.

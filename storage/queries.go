@@ -140,18 +140,12 @@ WHERE c.bucket = '-infinity' OR c.bucket >= w.start
 GROUP BY c.queue, c.metric, w.start`
 
 // oldestWaiting is, for each queue of $1, the age in seconds of its oldest task
-// that is due and not yet running: the oldest head of its priority levels of due
-// pending and retry tasks (ten probes of tasks_dispatch_idx), or its oldest buffered
-// task (bounded by the buffer's size), whichever is older.
+// that is due and not yet running: the head of its due pending and retry tasks (one
+// probe of tasks_queue_due_idx) or its oldest buffered task (bounded by the
+// buffer's size), whichever is older.
 const oldestWaiting = `SELECT q.name, extract(epoch FROM now() - least(
-	(SELECT min(head.scheduled_at) FROM generate_series(1, 10) AS level(priority)
-		CROSS JOIN LATERAL (
-			SELECT scheduled_at FROM tasks
-			WHERE queue = q.name AND status IN ('pending', 'retry') AND priority = level.priority
-				AND scheduled_at <= now()
-			ORDER BY scheduled_at
-			LIMIT 1
-		) head),
+	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status IN ('pending', 'retry')
+		AND priority > 0 AND scheduled_at <= now()),
 	(SELECT min(scheduled_at) FROM tasks WHERE queue = q.name AND status = 'claimed'
 		AND scheduled_at <= now())))::float8
 FROM unnest($1::text[]) AS q(name)`
@@ -210,18 +204,12 @@ FROM (SELECT queue FROM tasks
 JOIN queues q ON q.name = d.queue`
 
 // dueQueues lists every unpaused queue holding a due pending or retry task: the
-// periodic sweep's one statement. It probes the head of each priority level of each
-// queue in tasks_dispatch_idx, stopping at the first due one.
+// periodic sweep's one statement, one probe of tasks_queue_due_idx per queue (which
+// only statements saying "priority > 0" may use).
 const dueQueues = `SELECT q.name FROM queues q
-WHERE NOT q.paused AND EXISTS (
-	SELECT 1 FROM generate_series(1, 10) AS level(priority)
-	CROSS JOIN LATERAL (
-		SELECT 1 FROM tasks t
-		WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.priority = level.priority
-			AND t.scheduled_at <= now()
-		ORDER BY t.scheduled_at
-		LIMIT 1
-	) head)`
+WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
+	WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.priority > 0
+		AND t.scheduled_at <= now())`
 
 // dbNow is the database clock.
 const dbNow = `SELECT now()`
