@@ -40,14 +40,14 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, traceparent, releases, created_at, updated_at, finished_at`
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.created_at, t.updated_at, t.finished_at`
+	t.progress, t.created_at, t.updated_at, t.finished_at`
 
 // insertTasks inserts a batch in input order. A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
@@ -250,6 +250,7 @@ const claimTasks = `WITH input AS (
 			now() + t.timeout_seconds * interval '1 second'),
 		deadline_at = now() + t.timeout_seconds * interval '1 second',
 		cancel_requested = false,
+		progress = NULL, -- a new attempt starts with no progress reported
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.id AND t.status = 'claimed'
@@ -264,10 +265,12 @@ SELECT ` + taskColumns + ` FROM claimed`
 const leaseHeld = `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
 	AND t.status = 'executing' AND t.lease_expires_at > now()`
 
-// heartbeatTask extends a held lease, never past the attempt's deadline.
+// heartbeatTask extends a held lease, never past the attempt's deadline, and when
+// $5 stores $6 as the attempt's progress (NULL clears it).
 const heartbeatTask = `UPDATE tasks t SET
 	lease_expires_at = least(now() + $4 * interval '1 millisecond', t.deadline_at),
-	heartbeat_at = now()
+	heartbeat_at = now(),
+	progress = CASE WHEN $5::bool THEN $6::jsonb ELSE t.progress END
 WHERE ` + leaseHeld + `
 RETURNING t.lease_expires_at, t.cancel_requested`
 
@@ -326,6 +329,7 @@ SELECT ` + taskColumns + ` FROM nacked`
 // releaseTask ends the current attempt as released, not counted against the retry
 // budget, and puts the task back in line where it was (pending, its scheduled_at
 // unchanged, so it keeps its place), or cancels it when a cancel was requested.
+// With a delay of $5 ms (a snooze) the task is due no earlier than now() + $5.
 const releaseTask = `WITH cur AS (
 	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
 	FROM tasks t
@@ -335,6 +339,8 @@ const releaseTask = `WITH cur AS (
 	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = now(),
 		lease_expires_at = NULL, deadline_at = NULL,
 		releases = t.releases + CASE WHEN cur.next_status = 'pending' THEN 1 ELSE 0 END,
+		scheduled_at = CASE WHEN cur.next_status = 'pending' AND $5::bigint IS NOT NULL
+			THEN greatest(t.scheduled_at, now() + $5 * interval '1 millisecond') ELSE t.scheduled_at END,
 		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE now() END
 	FROM cur WHERE t.id = cur.id
 	RETURNING ` + taskColumnsOf + `
