@@ -152,8 +152,8 @@ func TestHeartbeatProgress(t *testing.T) {
 	big := strings.Repeat("x", 4096-2+1) // a JSON string of 4097 bytes
 	for name, body := range map[string]any{
 		"oversized": map[string]any{"worker_id": "w", "task_id": p.ID, "lease_token": p.LeaseToken, "progress": big},
-		"not JSON": fmt.Sprintf(`{"worker_id": "w", "task_id": %q, "lease_token": %q, "progress": half-done}`, p.ID, p.LeaseToken),
-		"no task":  map[string]any{"worker_id": "w", "progress": 1},
+		"not JSON":  fmt.Sprintf(`{"worker_id": "w", "task_id": %q, "lease_token": %q, "progress": half-done}`, p.ID, p.LeaseToken),
+		"no task":   map[string]any{"worker_id": "w", "progress": 1},
 	} {
 		if resp := s.Do("POST", "/workers/heartbeat", body); resp.Status != 400 || resp.ErrorCode(t) != "invalid_request" {
 			t.Errorf("%s progress: %d %s", name, resp.Status, resp.Body)
