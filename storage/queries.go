@@ -517,12 +517,13 @@ const deleteSession = `DELETE FROM dashboard_sessions WHERE hash = $1`
 // Encryption at rest
 
 // unsealedTasks lists, in id order after $2, up to $3 tasks whose payload, result,
-// last error or any attempt's error is not sealed with the current key ($1 is the
-// sealed prefix "v1.<key id>.", $4 the start of a sealed text with that key).
-const unsealedTasks = `SELECT id, queue, payload, result, last_error FROM tasks t
+// progress, last error or any attempt's error is not sealed with the current key ($1
+// is the sealed prefix "v1.<key id>.", $4 the start of a sealed text with that key).
+const unsealedTasks = `SELECT id, queue, payload, result, progress, last_error FROM tasks t
 WHERE id > $2 AND (
 	left(coalesce(payload->>'taskforge_sealed', ''), length($1)) <> $1
 	OR (result IS NOT NULL AND left(coalesce(result->>'taskforge_sealed', ''), length($1)) <> $1)
+	OR (progress IS NOT NULL AND left(coalesce(progress->>'taskforge_sealed', ''), length($1)) <> $1)
 	OR (coalesce(last_error, '') <> '' AND left(last_error, length($4)) <> $4)
 	OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id
 		AND coalesce(a.error, '') <> '' AND left(a.error, length($4)) <> $4))
@@ -530,9 +531,10 @@ ORDER BY id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
-// resealTasks stores re-sealed payloads, results and last errors.
-const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb, last_error = u.last_error
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, payload, result, last_error)
+// resealTasks stores re-sealed payloads, results, last errors and progress.
+const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb, last_error = u.last_error,
+	progress = u.progress::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, payload, result, last_error, progress)
 WHERE t.id = u.id`
 
 // unsealedAttemptErrors lists the attempts of tasks $1 whose error is not sealed
