@@ -478,14 +478,31 @@ func (r leaseRequest) validate(withTask bool) error {
 	return nil
 }
 
+// maxProgressBytes bounds a heartbeat's progress, as sent.
+const maxProgressBytes = 4 << 10
+
+type heartbeatRequest struct {
+	leaseRequest
+	// Progress, when present, replaces the attempt's progress; JSON null clears it.
+	Progress json.RawMessage `json:"progress"`
+}
+
 func (s *Server) heartbeat(c *gin.Context) {
-	var req leaseRequest
+	var req heartbeatRequest
 	if err := decode(c, workerBodyLimit, &req); err != nil {
 		s.fail(c, err)
 		return
 	}
 	if err := req.validate(false); err != nil {
 		s.fail(c, err)
+		return
+	}
+	if req.Progress != nil && req.TaskID == nil {
+		s.fail(c, invalid("progress needs task_id and lease_token"))
+		return
+	}
+	if len(req.Progress) > maxProgressBytes {
+		s.fail(c, invalid("progress is %d bytes; the limit is %d", len(req.Progress), maxProgressBytes))
 		return
 	}
 	if req.TaskID == nil {
@@ -496,7 +513,13 @@ func (s *Server) heartbeat(c *gin.Context) {
 		c.JSON(http.StatusOK, gin.H{"lease_expires_at": nil, "cancel_requested": false})
 		return
 	}
-	lease, err := s.store.Heartbeat(c, req.WorkerID, *req.TaskID, *req.LeaseToken, s.cfg.LeaseTimeout)
+	var lease storage.Lease
+	var err error
+	if req.Progress != nil {
+		lease, err = s.store.HeartbeatProgress(c, req.WorkerID, *req.TaskID, *req.LeaseToken, s.cfg.LeaseTimeout, req.Progress)
+	} else {
+		lease, err = s.store.Heartbeat(c, req.WorkerID, *req.TaskID, *req.LeaseToken, s.cfg.LeaseTimeout)
+	}
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -694,17 +717,27 @@ func (s *Server) nack(c *gin.Context) {
 type releaseRequest struct {
 	leaseRequest
 	Reason string `json:"reason"`
+	// DelayMs snoozes the task: it comes back after this delay.
+	DelayMs *int64 `json:"delay_ms"`
 }
 
-// release hands a task back from a stopping worker: the attempt ends released and
-// the task goes back in line without spending its retry budget.
+// maxReleaseDelayMs bounds a snooze: one day.
+const maxReleaseDelayMs = 24 * 3600 * 1000
+
+// release hands a task back from a stopping worker, or snoozes it (delay_ms): the
+// attempt ends released and the task goes back in line, after the delay when one is
+// given, without spending its retry budget.
 func (s *Server) release(c *gin.Context) {
 	var req releaseRequest
 	if !s.decodeReport(c, &req, &req.Reason, "reason") {
 		return
 	}
+	if req.DelayMs != nil && (*req.DelayMs < 0 || *req.DelayMs > maxReleaseDelayMs) {
+		s.fail(c, invalid("delay_ms must be an integer from 0 to %d", int64(maxReleaseDelayMs)))
+		return
+	}
 	t, err := s.store.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,
-		WorkerID: req.WorkerID, Reason: req.Reason})
+		WorkerID: req.WorkerID, Reason: req.Reason, DelayMs: req.DelayMs})
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -714,7 +747,8 @@ func (s *Server) release(c *gin.Context) {
 }
 
 // released reports a released task and lets the dispatcher put it back in the
-// buffer now rather than on its next tick.
+// buffer now rather than on its next tick, or, for a snoozed task, plan its next
+// pass for when the snooze ends.
 func (s *Server) released(ctx context.Context, t storage.Task, workerID string) {
 	s.finished(ctx, t, workerID, "released")
 	if t.Status == storage.StatusPending {

@@ -180,3 +180,28 @@ func RetryDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// MaxSnooze is the longest delay Snooze asks for: the server's limit for delay_ms.
+const MaxSnooze = 24 * time.Hour
+
+// Snooze is a handler outcome, returned as its error, that puts the task back for
+// d (rounded down to milliseconds, within 0 and MaxSnooze) without spending a
+// retry: the worker releases it with delay_ms, the attempt is recorded as released,
+// and the task is due again d from now. Use it when the task cannot run yet (a
+// resource not ready, a quota upstream) rather than when it failed.
+func Snooze(d time.Duration) error {
+	return &snoozeError{after: min(max(d, 0), MaxSnooze)}
+}
+
+type snoozeError struct{ after time.Duration }
+
+func (e *snoozeError) Error() string { return "snoozed for " + e.after.String() }
+
+// SnoozeDelay returns the delay a Snooze in err's chain asks for.
+func SnoozeDelay(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.after, true
+	}
+	return 0, false
+}

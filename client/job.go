@@ -10,7 +10,8 @@ import (
 // HandlerFunc processes one task. Returning nil acks it (with the result set by
 // Job.SetResult, if any); returning an error nacks it: retried after the queue's
 // backoff, unless marked with Permanent (dead-lettered at once) or RetryAfter
-// (retried after the given delay). A panic is recovered and nacked as a retryable
+// (retried after the given delay). Returning Snooze(d) puts the task back for d
+// without spending a retry. A panic is recovered and nacked as a retryable
 // error carrying the stack.
 //
 // ctx is cancelled when the handler should stop: context.Cause(ctx) is
@@ -40,6 +41,8 @@ type Job struct {
 	Traceparent string
 
 	result json.RawMessage
+	// report sends a heartbeat carrying progress; nil for a Job no worker runs.
+	report func(ctx context.Context, progress json.RawMessage) error
 }
 
 // Decode unmarshals the payload into v. A payload that does not fit v never will,
@@ -67,6 +70,39 @@ func (j *Job) SetResult(v any) error {
 		return fmt.Errorf("set result of task %s: %w", j.ID, err)
 	}
 	j.result = b
+	return nil
+}
+
+// Progress reports v, encoded as JSON (a json.RawMessage as it is; nil clears it),
+// as the attempt's progress at once: a heartbeat that also extends the lease. The
+// task shows it (GET, the dashboard) until the next report, and after the attempt
+// ends, until the next attempt starts. It must encode to at most 4 KiB. The
+// worker's periodic heartbeats go on as before and leave it in place. It returns
+// ErrLeaseLost when the lease is no longer held (the handler's context then ends
+// too), and ErrInvalidRequest when the server refuses v.
+func (j *Job) Progress(ctx context.Context, v any) error {
+	if j.report == nil {
+		return fmt.Errorf("progress of task %s: the job does not come from a running Worker", j.ID)
+	}
+	var raw json.RawMessage
+	switch p := v.(type) {
+	case nil:
+		raw = json.RawMessage("null")
+	case json.RawMessage:
+		if !json.Valid(p) {
+			return fmt.Errorf("progress of task %s: not valid JSON", j.ID)
+		}
+		raw = p
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("progress of task %s: %w", j.ID, err)
+		}
+		raw = b
+	}
+	if err := j.report(ctx, raw); err != nil {
+		return fmt.Errorf("progress of task %s: %w", j.ID, err)
+	}
 	return nil
 }
 

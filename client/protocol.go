@@ -103,10 +103,31 @@ func (c *Client) Heartbeat(ctx context.Context, workerID, taskID, leaseToken str
 	return l, err
 }
 
+// ReportProgress heartbeats the lease on a task, as Heartbeat does, and stores
+// progress (a JSON value of at most 4 KiB, as sent) as the attempt's progress,
+// shown on the task until the next report or the next attempt. A nil progress, or
+// JSON null, clears it. It fails with ErrLeaseLost when the lease is no longer
+// held, and with ErrInvalidRequest when progress is too large or not JSON.
+func (c *Client) ReportProgress(ctx context.Context, workerID, taskID, leaseToken string, progress json.RawMessage) (*LeaseState, error) {
+	if progress == nil {
+		progress = json.RawMessage("null")
+	}
+	l, _, err := c.heartbeatWith(ctx, workerID, taskID, leaseToken, progress)
+	return l, err
+}
+
 func (c *Client) heartbeat(ctx context.Context, workerID, taskID, leaseToken string) (*LeaseState, time.Time, error) {
+	return c.heartbeatWith(ctx, workerID, taskID, leaseToken, nil)
+}
+
+// heartbeatWith is a heartbeat that carries progress unless it is nil.
+func (c *Client) heartbeatWith(ctx context.Context, workerID, taskID, leaseToken string, progress json.RawMessage) (*LeaseState, time.Time, error) {
 	body := map[string]any{"worker_id": workerID}
 	if taskID != "" {
 		body["task_id"], body["lease_token"] = taskID, leaseToken
+	}
+	if progress != nil {
+		body["progress"] = progress
 	}
 	var out struct {
 		ExpiresAt       *time.Time `json:"lease_expires_at"`
@@ -244,15 +265,21 @@ type ReleaseRequest struct {
 	TaskID     string
 	LeaseToken string
 	Reason     string // recorded on the attempt and as the task's last_error
+	// Delay, when positive, snoozes the task: it is due again Delay from now
+	// (rounded down to milliseconds, at most MaxSnooze) rather than in its old place.
+	Delay time.Duration
 }
 
 // Release ends the attempt as released and returns the task: pending again, in its
-// old place in line, with its retry budget untouched (or cancelled when a cancel
-// was requested). A Worker calls it for the tasks it cannot finish when it stops.
+// old place in line or after r.Delay, with its retry budget untouched (or cancelled
+// when a cancel was requested). A Worker calls it for the tasks it cannot finish when it stops.
 // It fails with ErrLeaseLost when the lease is no longer held, and with
 // ErrNotFound from a server older than the release endpoint.
 func (c *Client) Release(ctx context.Context, r ReleaseRequest) (*Task, error) {
 	body := map[string]any{"worker_id": r.WorkerID, "task_id": r.TaskID, "lease_token": r.LeaseToken, "reason": r.Reason}
+	if r.Delay > 0 {
+		body["delay_ms"] = r.Delay.Milliseconds()
+	}
 	var out Task
 	if _, _, err := c.do(ctx, http.MethodPost, "/workers/release", nil, body, &out); err != nil {
 		return nil, fmt.Errorf("release task %s: %w", r.TaskID, err)

@@ -78,6 +78,10 @@ type Task struct {
 	FinishedAt     *time.Time `json:"finished_at"`
 	DiedAt         *time.Time `json:"died_at,omitempty"`
 	AttemptHistory []Attempt  `json:"attempt_history,omitempty"`
+
+	// Progress is the last progress the worker reported (Job.Progress) for the
+	// current or last attempt; null until one is, and again once the next starts.
+	Progress json.RawMessage `json:"progress"`
 }
 
 // Attempt is one execution of a task, as attempt_history reports it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/attribute"
@@ -451,6 +452,7 @@ func (r *runner) start(t PolledTask, recv, date time.Time) {
 	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken, stopHB: make(chan struct{})}
 	j.extend(recv, t.LeaseExpiresAt, date)
+	j.report = func(ctx context.Context, progress json.RawMessage) error { return r.reportProgress(ctx, j, progress) }
 	base := r.handlerBase
 	if t.Traceparent != nil {
 		j.Traceparent = *t.Traceparent
@@ -498,7 +500,7 @@ func (r *runner) execute(j *job) {
 			trace.WithAttributes(attribute.String("taskforge.task_id", j.ID), attribute.String("taskforge.queue", j.Queue),
 				attribute.Int("taskforge.attempt", j.Attempt)))
 		err = invoke(spanCtx, h, j.Job)
-		if err != nil {
+		if err != nil && !isSnooze(err) {
 			span.RecordError(err)
 			span.SetStatus(otelcodes.Error, err.Error())
 		}
@@ -528,6 +530,9 @@ func (r *runner) execute(j *job) {
 	case err == nil:
 		r.ack(j) // marks j done once the ack is delivered
 		return
+	case isSnooze(err):
+		d, _ := SnoozeDelay(err)
+		r.snooze(j, log, d)
 	default:
 		n := NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
 			Error: errorText(err), Permanent: IsPermanent(err)}
@@ -543,6 +548,49 @@ func (r *runner) execute(j *job) {
 		})
 	}
 	r.done(j)
+}
+
+// isSnooze reports whether a handler's err asks for a snooze.
+func isSnooze(err error) bool {
+	_, ok := SnoozeDelay(err)
+	return ok
+}
+
+// snooze releases j for d: back after d, without spending a retry. A server
+// without the release endpoint gets a retryable nack with that delay instead,
+// which does spend one.
+func (r *runner) snooze(j *job, log *slog.Logger, d time.Duration) {
+	reason := fmt.Sprintf("snoozed for %s by worker %s", d, r.cfg.ID)
+	r.send(j, log, "snooze", func(ctx context.Context) error {
+		_, err := r.c.Release(ctx, ReleaseRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+			Reason: reason, Delay: max(d, time.Millisecond)})
+		if errors.Is(err, ErrNotFound) {
+			_, err = r.c.Nack(ctx, NackRequest{WorkerID: r.cfg.ID, TaskID: j.ID, LeaseToken: j.leaseToken,
+				Error: reason, RetryAfter: &d})
+		}
+		return err
+	})
+}
+
+// reportProgress sends a heartbeat of j carrying progress, and takes in the lease
+// it confirms as the periodic heartbeat does.
+func (r *runner) reportProgress(ctx context.Context, j *job, progress json.RawMessage) error {
+	if j.lost.Load() {
+		return ErrLeaseLost
+	}
+	l, date, err := r.c.heartbeatWith(ctx, r.cfg.ID, j.ID, j.leaseToken, progress)
+	recv := time.Now()
+	switch {
+	case err == nil:
+		j.extend(recv, l.ExpiresAt, date)
+		if l.CancelRequested {
+			j.cancel(ErrTaskCancelled)
+		}
+	case errors.Is(err, ErrLeaseLost):
+		j.lost.Store(true)
+		j.cancel(ErrLeaseLost)
+	}
+	return err
 }
 
 // ack reports j done. Acks of tasks finishing while another batch is in flight are

@@ -343,6 +343,11 @@ func testInspectorAttempts(t *testing.T, e *env) {
 		if i < 2 {
 			resp = s.Nack(worker, p, fmt.Sprintf("timeout talking to storage (try %d)", i+1), map[string]any{"retry_after_ms": 0})
 		} else {
+			// The last attempt reports progress; the inspector shows it after the ack.
+			if hb := s.Do("POST", "/workers/heartbeat", map[string]any{"worker_id": worker, "task_id": p.ID,
+				"lease_token": p.LeaseToken, "progress": map[string]any{"step": "merge", "pct": 90}}); hb.Status != http.StatusOK {
+				t.Fatalf("heartbeat with progress: %d %s", hb.Status, hb.Body)
+			}
 			resp = s.Do("POST", "/workers/ack", map[string]any{"worker_id": worker, "task_id": p.ID,
 				"lease_token": p.LeaseToken, "result": map[string]any{"rows": 1024}})
 		}
@@ -368,7 +373,8 @@ func testInspectorAttempts(t *testing.T, e *env) {
 		t.Fatalf("attempt timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	detail := page.text("#task-detail")
-	for _, s := range []string{`"report": "weekly"`, `"big": 12345678901234567890`, `"rows": 1024`, "3 of at most 3"} {
+	for _, s := range []string{`"report": "weekly"`, `"big": 12345678901234567890`, `"rows": 1024`, "3 of at most 3",
+		"Progress (of the last attempt)", `"step": "merge"`} {
 		if !strings.Contains(detail, s) {
 			t.Errorf("task detail lacks %q", s)
 		}

@@ -34,6 +34,10 @@ func testUserStringsRenderInert(t *testing.T, e *env) {
 
 	done := s.Enqueue("xss", map[string]any{"payload": payload})
 	p := pollOne(t, s, evilWorker, "xss")
+	if resp := s.Do("POST", "/workers/heartbeat", map[string]any{"worker_id": evilWorker, "task_id": p.ID,
+		"lease_token": p.LeaseToken, "progress": map[string]any{"html": evilHTML}}); resp.Status != http.StatusOK {
+		t.Fatalf("heartbeat with progress: %d %s", resp.Status, resp.Body)
+	}
 	if resp := s.Do("POST", "/workers/ack", map[string]any{"worker_id": evilWorker, "task_id": p.ID,
 		"lease_token": p.LeaseToken, "result": map[string]any{"html": evilResult}}); resp.Status != http.StatusOK {
 		t.Fatalf("ack: %d %s", resp.Status, resp.Body)
@@ -66,10 +70,10 @@ func testUserStringsRenderInert(t *testing.T, e *env) {
 		page.assertInert(v.fragment)
 	}
 
-	// The payload and the result, pretty-printed, are text too: their markup is
-	// escaped in the DOM.
+	// The payload, the progress and the result, pretty-printed, are text too: their
+	// markup is escaped in the DOM.
 	page.do(navigateHash("#/tasks?queue=xss&task=" + done.ID))
-	page.waitJS(`document.querySelectorAll('#task-detail pre.json').length === 2`, "payload and result")
+	page.waitJS(`document.querySelectorAll('#task-detail pre.json').length === 3`, "payload, progress and result")
 	jsonTexts := eval[[]string](page, `[...document.querySelectorAll('#task-detail pre.json')].map(p => p.textContent)`)
 	jsonHTML := eval[[]string](page, `[...document.querySelectorAll('#task-detail pre.json')].map(p => p.innerHTML)`)
 	for _, want := range []string{mustJSON(evilHTML), mustJSON(evilScript), mustJSON(evilKey), mustJSON(evilSVG)} {
@@ -77,15 +81,18 @@ func testUserStringsRenderInert(t *testing.T, e *env) {
 			t.Errorf("payload text lacks %s:\n%s", want, jsonTexts[0])
 		}
 	}
-	if !contains(jsonTexts[1], mustJSON(evilResult)) {
-		t.Errorf("result text lacks %s:\n%s", mustJSON(evilResult), jsonTexts[1])
+	if !contains(jsonTexts[1], mustJSON(evilHTML)) {
+		t.Errorf("progress text lacks %s:\n%s", mustJSON(evilHTML), jsonTexts[1])
+	}
+	if !contains(jsonTexts[2], mustJSON(evilResult)) {
+		t.Errorf("result text lacks %s:\n%s", mustJSON(evilResult), jsonTexts[2])
 	}
 	for i, html := range jsonHTML {
 		if contains(html, "<img") || contains(html, "<script") || contains(html, "<iframe") || !contains(html, "&lt;") {
 			t.Errorf("pre %d holds unescaped markup: %s", i, html)
 		}
 	}
-	page.assertInert("payload and result")
+	page.assertInert("payload, progress and result")
 
 	// The CSP's Trusted Types make the browser refuse HTML strings outright (and
 	// report it, which checkClean would catch anywhere else).

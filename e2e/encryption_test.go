@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,8 +25,8 @@ func newKey(id string) string {
 	return id + "=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte(id[:1]), 32))
 }
 
-// TestPayloadsAndResultsAreEncryptedAtRest: a canary in payloads, results and
-// workers' error texts (a nack's error, a release's reason) shows up nowhere at rest
+// TestPayloadsAndResultsAreEncryptedAtRest: a canary in payloads, results, progress
+// and workers' error texts (a nack's error, a release's reason) shows up nowhere at rest
 // (pg_dump, every Redis key, the logs) yet the API returns it, and rotating to a new
 // key keeps every task, and every error text, readable.
 func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
@@ -65,7 +66,20 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 		}
 	}
 	nacked := pollOne()
+	// Progress, reported with a heartbeat, is sealed too and stays after the nack.
+	s.Must(200, "POST", "/workers/heartbeat", map[string]any{"worker_id": "w", "task_id": nacked.ID,
+		"lease_token": nacked.LeaseToken, "progress": map[string]any{"at": canary}})
 	s.Nack("w", nacked, "SMTP 550 for "+canary, map[string]any{"retry_after_ms": 3600000})
+	progressHolds := func(in *testserver.Instance) bool {
+		var got struct {
+			Progress json.RawMessage `json:"progress"`
+		}
+		in.Must(200, "GET", "/queues/q/tasks/"+nacked.ID, nil).JSON(t, &got)
+		return strings.Contains(string(got.Progress), canary)
+	}
+	if !progressHolds(s) {
+		t.Fatal("the API does not return the plain progress")
+	}
 	released := pollOne()
 	s.Release("w", released, "stopping: "+canary)
 	withErrors := []string{nacked.ID, released.ID}
@@ -135,6 +149,7 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 	var stale int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks t WHERE payload->>'taskforge_sealed' NOT LIKE 'v1.b2.%'
 		OR (result IS NOT NULL AND result->>'taskforge_sealed' NOT LIKE 'v1.b2.%')
+		OR (progress IS NOT NULL AND coalesce(progress->>'taskforge_sealed', '') NOT LIKE 'v1.b2.%')
 		OR (coalesce(last_error, '') <> '' AND last_error NOT LIKE '{"taskforge_sealed":"v1.b2.%')
 		OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND coalesce(a.error, '') <> ''
 			AND a.error NOT LIKE '{"taskforge_sealed":"v1.b2.%')`).Scan(&stale); err != nil {
@@ -154,5 +169,8 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 		if !errorsHold(onlyNew, id) {
 			t.Fatalf("task %s's error texts unreadable after rotation: %+v", id, onlyNew.Task("q", id))
 		}
+	}
+	if !progressHolds(onlyNew) {
+		t.Fatal("progress unreadable after rotation")
 	}
 }

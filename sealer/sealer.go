@@ -1,4 +1,4 @@
-// Package sealer encrypts task payloads, results and error texts at rest with AES-256-GCM.
+// Package sealer encrypts task payloads, results, progress reports and error texts at rest with AES-256-GCM.
 //
 // A sealed value is stored in place of the JSON it hides, as a JSON object with one
 // reserved key:
@@ -32,6 +32,8 @@ type Field string
 const (
 	Payload Field = "payload"
 	Result  Field = "result"
+	// Progress is what a worker reported with a heartbeat, bound to its task.
+	Progress Field = "progress"
 	// Error is a worker's error text (a nack) or reason (a release), bound to its task.
 	Error Field = "error"
 )

@@ -99,8 +99,28 @@ func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Dur
 // deadline. It returns ErrLeaseLost, changing nothing, unless token is the task's
 // current, unexpired lease.
 func (s *Store) Heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration) (Lease, error) {
+	return s.heartbeat(ctx, workerID, taskID, token, lease, false, nil)
+}
+
+// HeartbeatProgress is Heartbeat that also stores progress as the attempt's
+// progress, sealed when encryption is on; an empty or JSON null progress clears it.
+// Like Heartbeat, it changes nothing unless the lease is held.
+func (s *Store) HeartbeatProgress(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration, progress json.RawMessage) (Lease, error) {
+	var stored *string
+	if len(progress) > 0 && string(progress) != "null" {
+		sealed, err := s.seal(taskID.String(), sealer.Progress, progress)
+		if err != nil {
+			return Lease{}, fmt.Errorf("heartbeat task %s: %w", taskID, err)
+		}
+		str := string(sealed)
+		stored = &str
+	}
+	return s.heartbeat(ctx, workerID, taskID, token, lease, true, stored)
+}
+
+func (s *Store) heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration, setProgress bool, progress *string) (Lease, error) {
 	var l Lease
-	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease)).Scan(&l.ExpiresAt, &l.CancelRequested)
+	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease), setProgress, progress).Scan(&l.ExpiresAt, &l.CancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrLeaseLost
 	}
@@ -202,15 +222,15 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 }
 
 // Release ends the current attempt as released and puts the task back in line
-// (pending, keeping its place) without spending its retry budget; a task with a
-// cancel requested is cancelled instead. It returns ErrLeaseLost, changing nothing,
+// (pending, keeping its place, or due after r.DelayMs when set) without spending its
+// retry budget; a task with a cancel requested is cancelled instead. It returns ErrLeaseLost, changing nothing,
 // unless the token is the current, unexpired lease.
 func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
 	text, err := s.sealError(r.TaskID, r.Reason)
 	if err != nil {
 		return Task{}, err
 	}
-	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text)
+	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text, r.DelayMs)
 	t, err := one[Task](rows, err, ErrLeaseLost)
 	if err == nil {
 		err = s.open(&t)

@@ -40,14 +40,14 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, traceparent, releases, created_at, updated_at, finished_at`
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.created_at, t.updated_at, t.finished_at`
+	t.progress, t.created_at, t.updated_at, t.finished_at`
 
 // insertTasks inserts a batch in input order. A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
@@ -256,6 +256,7 @@ const claimTasks = `WITH input AS (
 			now() + t.timeout_seconds * interval '1 second'),
 		deadline_at = now() + t.timeout_seconds * interval '1 second',
 		cancel_requested = false,
+		progress = NULL, -- a new attempt starts with no progress reported
 		updated_at = now()
 	FROM input i
 	WHERE t.id = i.id AND t.status = 'claimed'
@@ -270,10 +271,12 @@ SELECT ` + taskColumns + ` FROM claimed`
 const leaseHeld = `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
 	AND t.status = 'executing' AND t.lease_expires_at > now()`
 
-// heartbeatTask extends a held lease, never past the attempt's deadline.
+// heartbeatTask extends a held lease, never past the attempt's deadline, and when
+// $5 stores $6 as the attempt's progress (NULL clears it).
 const heartbeatTask = `UPDATE tasks t SET
 	lease_expires_at = least(now() + $4 * interval '1 millisecond', t.deadline_at),
-	heartbeat_at = now()
+	heartbeat_at = now(),
+	progress = CASE WHEN $5::bool THEN $6::jsonb ELSE t.progress END
 WHERE ` + leaseHeld + `
 RETURNING t.lease_expires_at, t.cancel_requested`
 
@@ -332,6 +335,7 @@ SELECT ` + taskColumns + ` FROM nacked`
 // releaseTask ends the current attempt as released, not counted against the retry
 // budget, and puts the task back in line where it was (pending, its scheduled_at
 // unchanged, so it keeps its place), or cancels it when a cancel was requested.
+// With a delay of $5 ms (a snooze) the task is due no earlier than now() + $5.
 const releaseTask = `WITH cur AS (
 	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
 	FROM tasks t
@@ -341,6 +345,8 @@ const releaseTask = `WITH cur AS (
 	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = now(),
 		lease_expires_at = NULL, deadline_at = NULL,
 		releases = t.releases + CASE WHEN cur.next_status = 'pending' THEN 1 ELSE 0 END,
+		scheduled_at = CASE WHEN cur.next_status = 'pending' AND $5::bigint IS NOT NULL
+			THEN greatest(t.scheduled_at, now() + $5 * interval '1 millisecond') ELSE t.scheduled_at END,
 		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE now() END
 	FROM cur WHERE t.id = cur.id
 	RETURNING ` + taskColumnsOf + `
@@ -517,12 +523,13 @@ const deleteSession = `DELETE FROM dashboard_sessions WHERE hash = $1`
 // Encryption at rest
 
 // unsealedTasks lists, in id order after $2, up to $3 tasks whose payload, result,
-// last error or any attempt's error is not sealed with the current key ($1 is the
-// sealed prefix "v1.<key id>.", $4 the start of a sealed text with that key).
-const unsealedTasks = `SELECT id, queue, payload, result, last_error FROM tasks t
+// progress, last error or any attempt's error is not sealed with the current key ($1
+// is the sealed prefix "v1.<key id>.", $4 the start of a sealed text with that key).
+const unsealedTasks = `SELECT id, queue, payload, result, progress, last_error FROM tasks t
 WHERE id > $2 AND (
 	left(coalesce(payload->>'taskforge_sealed', ''), length($1)) <> $1
 	OR (result IS NOT NULL AND left(coalesce(result->>'taskforge_sealed', ''), length($1)) <> $1)
+	OR (progress IS NOT NULL AND left(coalesce(progress->>'taskforge_sealed', ''), length($1)) <> $1)
 	OR (coalesce(last_error, '') <> '' AND left(last_error, length($4)) <> $4)
 	OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id
 		AND coalesce(a.error, '') <> '' AND left(a.error, length($4)) <> $4))
@@ -530,9 +537,10 @@ ORDER BY id
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
-// resealTasks stores re-sealed payloads, results and last errors.
-const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb, last_error = u.last_error
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, payload, result, last_error)
+// resealTasks stores re-sealed payloads, results, last errors and progress.
+const resealTasks = `UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb, last_error = u.last_error,
+	progress = u.progress::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, payload, result, last_error, progress)
 WHERE t.id = u.id`
 
 // unsealedAttemptErrors lists the attempts of tasks $1 whose error is not sealed

@@ -13,7 +13,7 @@ import (
 )
 
 // Reseal re-encrypts, with the current key, up to batch tasks after the id after
-// whose payload, result, last error or attempt errors are plain or sealed with
+// whose payload, result, progress, last error or attempt errors are plain or sealed with
 // another key, in one short transaction. It returns how many tasks it changed and
 // the last id it looked at: call it again from there until it changes none. Rows
 // locked by a running statement are skipped and left for another pass.
@@ -35,6 +35,7 @@ func (s *Store) Reseal(ctx context.Context, after uuid.UUID, batch int) (int, uu
 			Queue     string          `db:"queue"`
 			Payload   json.RawMessage `db:"payload"`
 			Result    json.RawMessage `db:"result"`
+			Progress  json.RawMessage `db:"progress"`
 			LastError *string         `db:"last_error"`
 		}
 		found, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
@@ -45,8 +46,9 @@ func (s *Store) Reseal(ctx context.Context, after uuid.UUID, batch int) (int, uu
 		payloads := make([]string, len(found))
 		results := make([]*string, len(found))
 		lastErrors := make([]*string, len(found))
+		progress := make([]*string, len(found))
 		for i, r := range found {
-			task := Task{ID: r.ID, Queue: r.Queue, Payload: r.Payload, Result: r.Result, LastError: r.LastError}
+			task := Task{ID: r.ID, Queue: r.Queue, Payload: r.Payload, Result: r.Result, LastError: r.LastError, Progress: r.Progress}
 			if err := s.open(&task); err != nil {
 				return err
 			}
@@ -63,6 +65,14 @@ func (s *Store) Reseal(ctx context.Context, after uuid.UUID, batch int) (int, uu
 				str := string(result)
 				results[i] = &str
 			}
+			if len(task.Progress) > 0 && string(task.Progress) != "null" {
+				sealed, err := s.seal(r.ID.String(), sealer.Progress, task.Progress)
+				if err != nil {
+					return err
+				}
+				str := string(sealed)
+				progress[i] = &str
+			}
 			if task.LastError != nil {
 				text, err := s.sealError(r.ID, *task.LastError)
 				if err != nil {
@@ -72,7 +82,7 @@ func (s *Store) Reseal(ctx context.Context, after uuid.UUID, batch int) (int, uu
 			}
 			last = r.ID
 		}
-		tag, err := tx.Exec(ctx, resealTasks, ids, payloads, results, lastErrors)
+		tag, err := tx.Exec(ctx, resealTasks, ids, payloads, results, lastErrors, progress)
 		if err != nil {
 			return err
 		}

@@ -139,7 +139,7 @@ func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
 	return tasks, nil
 }
 
-// open replaces t's sealed payload, result and last error with their plain forms.
+// open replaces t's sealed payload, result, progress and last error with their plain forms.
 func (s *Store) open(t *Task) error {
 	if s.sealer == nil || t.ID == uuid.Nil {
 		return nil
@@ -150,6 +150,9 @@ func (s *Store) open(t *Task) error {
 	}
 	if t.Result, err = s.sealer.Open(t.ID.String(), sealer.Result, t.Result); err != nil {
 		return fmt.Errorf("task %s result: %w", t.ID, err)
+	}
+	if t.Progress, err = s.sealer.Open(t.ID.String(), sealer.Progress, t.Progress); err != nil {
+		return fmt.Errorf("task %s progress: %w", t.ID, err)
 	}
 	if err = s.openError(t.ID, t.LastError); err != nil {
 		return fmt.Errorf("task %s last error: %w", t.ID, err)

@@ -109,6 +109,11 @@ type Task struct {
 	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at" db:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
+
+	// Progress is the last progress a worker reported with a heartbeat of the
+	// current (or last) attempt: null until one is reported, and again from the
+	// claim of the next attempt.
+	Progress json.RawMessage `json:"progress" db:"progress"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -181,6 +186,9 @@ type Release struct {
 	LeaseToken uuid.UUID
 	WorkerID   string
 	Reason     string
+	// DelayMs, when set, snoozes the task: it is due no earlier than DelayMs
+	// milliseconds from now, on the database clock. Nil keeps its place in line.
+	DelayMs *int64
 }
 
 // Lease is the state of a held lease after a heartbeat.

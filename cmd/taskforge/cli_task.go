@@ -257,6 +257,7 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"cancel_requested", strconv.FormatBool(t.CancelRequested)},
 		{"last_error", oneLine(t.LastError, 200)},
 		{"result", fmtResult(t.Result)},
+		{"progress", fmtResult(t.Progress)},
 		{"payload", fmtJSON(t.Payload)},
 		{"replayed_from", fmtPtr(t.ReplayedFrom)},
 		{"replay_count", strconv.Itoa(t.ReplayCount)},
@@ -265,12 +266,12 @@ func printTask(w io.Writer, t *client.Task) error {
 	})
 }
 
-// attemptsLine is the attempts made, the budget, and the releases that did not
-// spend it.
+// attemptsLine is the attempts made, the budget, and the releases (by stopping
+// workers, or snoozes) that did not spend it.
 func attemptsLine(t *client.Task) string {
 	line := fmt.Sprintf("%d (max_retries %d)", t.Attempts, t.MaxRetries)
 	if t.Releases > 0 {
-		line += fmt.Sprintf(", %d released by stopping workers (not counted)", t.Releases)
+		line += fmt.Sprintf(", %d released by stopping workers or snoozed (not counted)", t.Releases)
 	}
 	return line
 }

@@ -505,7 +505,8 @@ func TestCLIAudit(t *testing.T) {
 }
 
 // TestCLITaskGetShowsReleases: `task get` says how many attempts stopping workers
-// released, since they do not count against max_retries.
+// released, since they do not count against max_retries, and the progress the
+// last attempt reported.
 func TestCLITaskGetShowsReleases(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
@@ -516,9 +517,16 @@ func TestCLITaskGetShowsReleases(t *testing.T) {
 		p = e.s.Poll("w", []string{"q"}, 1, 200)
 		return len(p) == 1
 	})
+	r := e.want(0, "task", "get", "q", task.ID)
+	contains(t, "task get", r.stdout, "progress")
+	if hb := e.s.Do("POST", "/workers/heartbeat", map[string]any{"worker_id": "w", "task_id": p[0].ID,
+		"lease_token": p[0].LeaseToken, "progress": map[string]any{"rows": 1200}}); hb.Status != 200 {
+		t.Fatalf("heartbeat with progress: %d %s", hb.Status, hb.Body)
+	}
 	if resp := e.s.Release("w", p[0], "deploy"); resp.Status != 200 {
 		t.Fatalf("release: %d %s", resp.Status, resp.Body)
 	}
-	r := e.want(0, "task", "get", "q", task.ID)
-	contains(t, "task get", r.stdout, "1 (max_retries 0), 1 released by stopping workers (not counted)", "released")
+	r = e.want(0, "task", "get", "q", task.ID)
+	contains(t, "task get", r.stdout, "1 (max_retries 0), 1 released by stopping workers or snoozed (not counted)", "released",
+		`{"rows":1200}`)
 }

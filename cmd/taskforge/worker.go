@@ -51,6 +51,24 @@ var builtinHandlers = map[string]client.HandlerFunc{
 		}
 		return nil
 	},
+	// snooze snoozes the first {"snooze_times": N} attempts for {"ms": M}
+	// milliseconds (default 1000) without spending a retry, then acks.
+	"snooze": func(_ context.Context, job *client.Job) error {
+		p := struct {
+			SnoozeTimes int   `json:"snooze_times"`
+			MS          int64 `json:"ms"`
+		}{MS: 1000}
+		if err := decodeOptional(job, &p); err != nil {
+			return err
+		}
+		if p.MS < 0 {
+			return client.Permanent(fmt.Errorf("snooze: ms must not be negative, got %d", p.MS))
+		}
+		if job.Attempt <= p.SnoozeTimes {
+			return client.Snooze(time.Duration(p.MS) * time.Millisecond)
+		}
+		return nil
+	},
 	// echo acks with the payload as the result.
 	"echo": func(_ context.Context, job *client.Job) error { return job.SetResult(job.Payload) },
 }
@@ -92,6 +110,8 @@ func workerCommand() *cobra.Command {
   sleep  sleeps {"ms": N} milliseconds, then acks
   fail   fails the first {"fail_times": N} attempts, then acks
   echo   acks with the payload as the result
+  snooze snoozes the first {"snooze_times": N} attempts for {"ms": M}
+         milliseconds (default 1000) without spending a retry, then acks
 
 Queues are polled in the order given. On SIGTERM or SIGINT the worker stops
 polling, waits up to --grace for running tasks, then releases the rest

@@ -30,6 +30,7 @@ func TestWorkerCommandHandlers(t *testing.T) {
 	for _, q := range []string{"e", "f", "s", "n"} {
 		e.s.CreateQueue(q, nil)
 	}
+	e.s.CreateQueue("z", map[string]any{"max_retries": 0})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
@@ -38,7 +39,7 @@ func TestWorkerCommandHandlers(t *testing.T) {
 	root.SetErr(&logs)
 	root.SetOut(&logs)
 	root.SetArgs([]string{"worker", "--server", e.s.URL, "--worker-id", "ref-worker", "--concurrency", "4", "--grace", "1s",
-		"--queue", "e=echo", "--queue", "f=fail", "--queue", "s=sleep", "--queue", "n=noop"})
+		"--queue", "e=echo", "--queue", "f=fail", "--queue", "s=sleep", "--queue", "n=noop", "--queue", "z=snooze"})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 
@@ -47,6 +48,7 @@ func TestWorkerCommandHandlers(t *testing.T) {
 	sleep := e.s.Enqueue("s", map[string]any{"payload": map[string]any{"ms": 50}})
 	badSleep := e.s.Enqueue("s", map[string]any{"payload": map[string]any{"ms": -1}})
 	noop := e.s.Enqueue("n", map[string]any{"payload": nil})
+	snooze := e.s.Enqueue("z", map[string]any{"payload": map[string]any{"snooze_times": 2, "ms": 100}})
 	final := func(q, id string) testserver.Task {
 		var got testserver.Task
 		testserver.Eventually(t, 15*time.Second, "task "+id+" finished", func() bool {
@@ -72,6 +74,9 @@ func TestWorkerCommandHandlers(t *testing.T) {
 	}
 	if got := final("n", noop.ID); got.Status != client.StatusDone {
 		t.Errorf("noop: %s", got.Status)
+	}
+	if got := final("z", snooze.ID); got.Status != client.StatusDone || got.Attempts != 3 || got.Releases != 2 {
+		t.Errorf("snooze: %s after %d attempts, %d releases, want done after 3 (a queue allowing one run)", got.Status, got.Attempts, got.Releases)
 	}
 
 	cancel()

@@ -216,6 +216,8 @@ export function tasks() {
       h('dl', { class: 'kv' }, kv.map(([k, v]) => [h('dt', { text: k }), h('dd', null, v)])),
       t.last_error ? h('section', { class: 'detail-section' }, h('h3', { text: 'Last error' }), pre(t.last_error, 'error-pre')) : null,
       h('section', { class: 'detail-section' }, h('h3', { text: 'Payload' }), jsonView(t.payload, { label: 'Payload' })),
+      t.progress === null || t.progress === undefined ? null : h('section', { class: 'detail-section', id: 'detail-progress' },
+        h('h3', { text: t.status === 'executing' ? 'Progress' : 'Progress (of the last attempt)' }), jsonView(t.progress, { label: 'Progress' })),
       h('section', { class: 'detail-section' }, h('h3', { text: 'Result' }),
         t.result === null || t.result === undefined ? h('p', { class: 'muted', text: t.status === 'done' ? 'The worker acknowledged without a result.' : 'No result yet.' }) : jsonView(t.result, { label: 'Result' })),
       h('section', { class: 'detail-section' },
