@@ -8,6 +8,8 @@ import (
 	_ "time/tzdata" // IANA zones even on hosts without a zoneinfo database
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/taskforge/taskforge/storage"
 )
 
 // parser reads the cron forms of the contract: five fields, six with a leading
@@ -162,4 +164,21 @@ func (s Spec) PlanFrom(due, now time.Time) Plan {
 		}
 		latest = n
 	}
+}
+
+// Reschedule sets sch.NextRunAt for a schedule created or changed at now: nil while
+// paused, else its first tick after now (nil when it fires no more). It validates the
+// cron expression and time zone.
+func Reschedule(sch *storage.Schedule, now time.Time) error {
+	spec, err := Parse(sch.Cron, sch.Timezone)
+	if err != nil {
+		return err
+	}
+	sch.NextRunAt = nil
+	if !sch.Paused {
+		if next := spec.Next(now); !next.IsZero() {
+			sch.NextRunAt = &next
+		}
+	}
+	return nil
 }

@@ -44,6 +44,8 @@ var (
 	ErrTaskNotCancellable  = errors.New("task already finished")
 	ErrLeaseLost           = errors.New("lease is not held")
 	ErrIdempotencyConflict = errors.New("idempotency key already used by a different request")
+	ErrScheduleNotFound    = errors.New("schedule not found")
+	ErrScheduleExists      = errors.New("schedule already exists")
 )
 
 // IdempotencyConflictError says which task of a batch reused a key with a different request.
@@ -109,6 +111,9 @@ type Task struct {
 	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at" db:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
+	// Schedule names the schedule whose tick (or trigger) created the task; nil for
+	// tasks enqueued directly.
+	Schedule *string `json:"schedule" db:"schedule"`
 }
 
 // Attempt is one execution of a task by a worker.
