@@ -1,6 +1,6 @@
 // Package server wires one TaskForge replica together: the PostgreSQL pool and
-// migrations, the Redis buffer, the HTTP API, the dispatcher and the watchdog, and
-// runs them until its context ends, then drains. It owns no queue logic.
+// migrations, the Redis buffer, the HTTP API, the dispatcher, the watchdog and the
+// scheduler, and runs them until its context ends, then drains. It owns no queue logic.
 package server
 
 import (
@@ -29,6 +29,7 @@ import (
 	"github.com/taskforge/taskforge/internal/tally"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -136,6 +137,7 @@ type Server struct {
 	API        *api.Server
 	Dispatcher *dispatcher.Dispatcher
 	Watchdog   *watchdog.Watchdog
+	Scheduler  *scheduler.Scheduler
 	Store      *storage.Store
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
@@ -214,6 +216,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
+	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
+	s.API.OnScheduleChange = s.Scheduler.Wake
 	s.API.OnDue = s.Dispatcher.Wake
 	s.API.OnLow, s.API.LowWater = s.Dispatcher.WakeLow, dispatcher.LowWater
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
@@ -301,6 +305,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		{"wake listener", s.API.Run},
 		{"dispatcher", s.Dispatcher.Run},
 		{"watchdog", s.Watchdog.Run},
+		{"scheduler", s.Scheduler.Run},
 		{"janitor", s.Janitor.Run},
 		{"tally", s.Tally.Run},
 	}
