@@ -78,6 +78,9 @@ type Task struct {
 	FinishedAt     *time.Time `json:"finished_at"`
 	DiedAt         *time.Time `json:"died_at,omitempty"`
 	AttemptHistory []Attempt  `json:"attempt_history,omitempty"`
+	// Schedule names the schedule whose tick (or trigger) created the task; nil for
+	// tasks enqueued directly.
+	Schedule *string `json:"schedule"`
 }
 
 // Attempt is one execution of a task, as attempt_history reports it.
