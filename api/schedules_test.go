@@ -63,7 +63,7 @@ func TestScheduleLifecycle(t *testing.T) {
 	// PATCH recomputes next_run_at; pausing clears it, resuming sets it from now.
 	patched := s.Must(http.StatusOK, "PATCH", "/schedules/nightly", map[string]any{"cron": "0 * * * *", "timezone": "UTC", "max_retries": nil}).Map(t)
 	pn, _ := time.Parse(time.RFC3339, patched["next_run_at"].(string))
-	if pn.Minute() != 0 || pn.Sub(time.Now()) > time.Hour || patched["max_retries"] != nil || patched["priority"] != 3.0 {
+	if pn.Minute() != 0 || time.Until(pn) > time.Hour || patched["max_retries"] != nil || patched["priority"] != 3.0 {
 		t.Fatalf("patch: %v", patched)
 	}
 	paused := s.Must(http.StatusOK, "PATCH", "/schedules/nightly", map[string]any{"paused": true}).Map(t)
