@@ -167,8 +167,9 @@ func (s *Server) getSchedule(c *gin.Context) {
 	c.JSON(http.StatusOK, sch)
 }
 
-// updateSchedule applies a PATCH and recomputes next_run_at from now: a change of
-// cadence, zone or pause state takes effect from the next tick.
+// updateSchedule applies a PATCH. A change of cron, timezone or pause state
+// recomputes next_run_at from now (it takes effect from the next tick); other changes
+// leave it, so a tick that is due but not yet fired still fires, with the new fields.
 func (s *Server) updateSchedule(c *gin.Context) {
 	var req scheduleFields
 	if err := decode(c, s.cfg.MaxPayloadBytes+64<<10, &req); err != nil {
@@ -176,11 +177,15 @@ func (s *Server) updateSchedule(c *gin.Context) {
 		return
 	}
 	sch, err := s.store.UpdateSchedule(c, c.Param("name"), func(sch *storage.Schedule, now time.Time) error {
+		before := *sch
 		if err := req.apply(sch, s.cfg.MaxPayloadBytes); err != nil {
 			return err
 		}
 		if sch.Timezone == "" {
 			sch.Timezone = "UTC"
+		}
+		if sch.Cron == before.Cron && sch.Timezone == before.Timezone && sch.Paused == before.Paused {
+			return nil
 		}
 		return reschedule(sch, now)
 	})
