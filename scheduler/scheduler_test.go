@@ -1,17 +1,20 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/scheduler"
+	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -332,5 +335,39 @@ func drain(ch chan storage.Fired) {
 		default:
 			return
 		}
+	}
+}
+
+// TestSealedSchedulesFireReadableTasks: with encryption at rest the schedule's payload
+// is stored sealed, and its ticks' tasks carry the plain payload, sealed for their queue.
+func TestSealedSchedulesFireReadableTasks(t *testing.T) {
+	t.Parallel()
+	plain := testenv.NewStore(t)
+	sl, err := sealer.New([]sealer.Key{{ID: "k1", Secret: bytes.Repeat([]byte{7}, 32)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := storage.New(plain.Pool(), storage.WithSealer(sl))
+	b := &bench{t: t, store: store, fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
+	t.Cleanup(b.stopAll)
+	ctx := context.Background()
+	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	b.create("secret", "@every 1s")
+	var raw string
+	if err := store.Pool().QueryRow(ctx, `SELECT payload::text FROM schedules WHERE name = 'secret'`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(raw, "taskforge_sealed") || strings.Contains(raw, "tick") {
+		t.Fatalf("schedule payload stored as %s, want it sealed", raw)
+	}
+	b.start()
+	f := b.await()
+	b.stopAll()
+	task, _, err := store.GetTask(ctx, "q", f.Task.ID)
+	var payload map[string]bool
+	if err != nil || json.Unmarshal(task.Payload, &payload) != nil || !payload["tick"] {
+		t.Fatalf("fired task payload %s (%v)", task.Payload, err)
 	}
 }
