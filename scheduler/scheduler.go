@@ -90,14 +90,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // pass fires due schedules until none is due, and reports whether it stopped at its
 // bound with more perhaps due.
+// A schedule that fails (its payload cannot be opened, PostgreSQL refuses its task)
+// is skipped for the rest of the pass, so it does not hold up the others; it is
+// tried again on the next pass.
 func (s *Scheduler) pass(ctx context.Context) bool {
+	var failed []string
 	for range maxFiresPerPass {
-		fired, ok, err := s.store.FireDueSchedule(ctx, plan)
+		fired, ok, err := s.store.FireDueSchedule(ctx, plan, failed)
 		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("schedule not fired", "err", err)
+			if ctx.Err() != nil {
+				return false
 			}
-			return false
+			s.log.Error("schedule not fired", "schedule", fired.Schedule.Name, "err", err)
+			if !ok || fired.Schedule.Name == "" {
+				return false // no schedule to blame: PostgreSQL itself failed
+			}
+			failed = append(failed, fired.Schedule.Name)
+			continue
 		}
 		if !ok {
 			return false

@@ -371,3 +371,41 @@ func TestSealedSchedulesFireReadableTasks(t *testing.T) {
 		t.Fatalf("fired task payload %s (%v)", task.Payload, err)
 	}
 }
+
+// TestAFailingScheduleDoesNotHoldUpTheOthers: a schedule that cannot fire (its
+// payload was sealed with a key this replica lacks) is the most overdue one, yet the
+// healthy schedule behind it fires on time.
+func TestAFailingScheduleDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	plain := testenv.NewStore(t)
+	key := func(id string, b byte) *sealer.Sealer {
+		sl, err := sealer.New([]sealer.Key{{ID: id, Secret: bytes.Repeat([]byte{b}, 32)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sl
+	}
+	ctx := context.Background()
+	old := &bench{t: t, store: storage.New(plain.Pool(), storage.WithSealer(key("old", 1))), fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
+	cur := &bench{t: t, store: storage.New(plain.Pool(), storage.WithSealer(key("new", 2))), fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
+	t.Cleanup(cur.stopAll)
+	if _, err := cur.store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	old.create("unreadable", "@every 1s")
+	cur.create("healthy", "@every 1s")
+	if _, err := plain.Pool().Exec(ctx, `UPDATE schedules SET next_run_at = next_run_at - interval '1 hour' WHERE name = 'unreadable'`); err != nil {
+		t.Fatal(err)
+	}
+	cur.start()
+	for range 2 {
+		if f := cur.await(); f.Schedule.Name != "healthy" {
+			t.Fatalf("fired %s", f.Schedule.Name)
+		}
+	}
+	cur.stopAll()
+	if n := len(cur.ticks("unreadable")); n != 0 {
+		t.Fatalf("the unreadable schedule fired %d tasks", n)
+	}
+	checkCadence(t, cur.ticks("healthy"), 0)
+}

@@ -589,10 +589,11 @@ RETURNING ` + scheduleColumns
 const deleteSchedule = `DELETE FROM schedules WHERE name = $1`
 
 // claimDueSchedule locks the unpaused schedule whose tick is most overdue, skipping
-// those another scheduler holds, and returns it with the database clock: one probe of
-// schedules_due_idx, however many schedules exist.
+// those another scheduler holds and those named in $1 (they failed this pass), and
+// returns it with the database clock: one probe of schedules_due_idx, however many
+// schedules exist.
 const claimDueSchedule = `SELECT ` + scheduleColumns + `, now() AS db_now FROM schedules
-WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= now()
+WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= now() AND NOT (name = ANY($1::text[]))
 ORDER BY next_run_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED`

@@ -202,17 +202,24 @@ type PlanFunc func(sch Schedule, now time.Time) (tick, next time.Time, err error
 // the schedule and the tick), records it as the last run and advances next_run_at,
 // so a tick fires exactly once whatever the number of schedulers and their crashes.
 // When plan fails the schedule stops (next_run_at NULL) rather than fail forever.
-func (s *Store) FireDueSchedule(ctx context.Context, plan PlanFunc) (Fired, bool, error) {
+// Schedules named in skip are passed over. When firing the schedule it claimed fails,
+// ok is true and the returned Fired names it (Schedule.Name), so that the caller can
+// skip it for the rest of its pass rather than let it hold up the others.
+func (s *Store) FireDueSchedule(ctx context.Context, plan PlanFunc, skip []string) (Fired, bool, error) {
 	var out Fired
 	var found bool
 	var planErr error
+	if skip == nil {
+		skip = []string{}
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claimDueSchedule)
+		rows, err := tx.Query(ctx, claimDueSchedule, skip)
 		cur, err := one[lockedSchedule](rows, err, nil)
 		if err != nil || cur.Name == "" {
 			return err
 		}
 		found = true
+		out.Schedule.Name = cur.Name
 		if err := s.openSchedule(&cur.Schedule); err != nil {
 			return err
 		}
@@ -259,7 +266,7 @@ func (s *Store) FireDueSchedule(ctx context.Context, plan PlanFunc) (Fired, bool
 		err = planErr
 	}
 	if err != nil {
-		return Fired{}, found, fmt.Errorf("fire due schedule: %w", err)
+		return Fired{Schedule: Schedule{Name: out.Schedule.Name}}, found, fmt.Errorf("fire due schedule %s: %w", out.Schedule.Name, err)
 	}
 	return out, found, nil
 }
