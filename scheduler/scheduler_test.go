@@ -409,3 +409,36 @@ func TestAFailingScheduleDoesNotHoldUpTheOthers(t *testing.T) {
 	}
 	checkCadence(t, cur.ticks("healthy"), 0)
 }
+
+// TestResealSchedules: after a key rotation, ResealSchedules moves schedule payloads to
+// the new key, so the old one can be dropped.
+func TestResealSchedules(t *testing.T) {
+	t.Parallel()
+	plain := testenv.NewStore(t)
+	oldKey := sealer.Key{ID: "old", Secret: bytes.Repeat([]byte{1}, 32)}
+	newKey := sealer.Key{ID: "new", Secret: bytes.Repeat([]byte{2}, 32)}
+	with := func(keys ...sealer.Key) *storage.Store {
+		sl, err := sealer.New(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storage.New(plain.Pool(), storage.WithSealer(sl))
+	}
+	ctx := context.Background()
+	old := &bench{t: t, store: with(oldKey), loops: map[int]*loop{}}
+	if _, err := old.store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	old.create("rotated", "@daily")
+	n, err := with(newKey, oldKey).ResealSchedules(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("ResealSchedules: %d, %v", n, err)
+	}
+	sch, err := with(newKey).GetSchedule(ctx, "rotated")
+	if err != nil || !strings.Contains(string(sch.Payload), "tick") {
+		t.Fatalf("with the new key alone: %s, %v", sch.Payload, err)
+	}
+	if n, err := with(newKey).ResealSchedules(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass: %d, %v", n, err)
+	}
+}

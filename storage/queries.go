@@ -613,3 +613,12 @@ WHERE NOT paused AND next_run_at IS NOT NULL`
 
 // schedulesOfQueue names the schedules that target queue $1 (DeleteQueue refuses while any does).
 const schedulesOfQueue = `SELECT name FROM schedules WHERE queue = $1 ORDER BY name LIMIT 20`
+
+// unsealedSchedules lists the schedules whose payload is not sealed with the current
+// key ($1 the sealed prefix, as in unsealedTasks); there are few, so all at once.
+const unsealedSchedules = `SELECT name, payload FROM schedules
+WHERE left(coalesce(payload->>'taskforge_sealed', ''), length($1)) <> $1
+ORDER BY name
+FOR UPDATE SKIP LOCKED`
+
+const resealSchedule = `UPDATE schedules SET payload = $2::jsonb WHERE name = $1`

@@ -334,3 +334,46 @@ func schedulesTargeting(ctx context.Context, tx pgx.Tx, queue string) error {
 	}
 	return nil
 }
+
+// ResealSchedules re-encrypts, with the current key, every schedule payload that is
+// plain or sealed with another key, in one transaction, and returns how many it
+// changed. Schedules locked by a firing are skipped: run it again to catch them.
+func (s *Store) ResealSchedules(ctx context.Context) (int, error) {
+	if s.sealer == nil {
+		return 0, errors.New("reseal schedules: no encryption keys configured")
+	}
+	changed := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, unsealedSchedules, "v1."+s.sealer.CurrentKey()+".")
+		if err != nil {
+			return err
+		}
+		type row struct {
+			Name    string          `db:"name"`
+			Payload json.RawMessage `db:"payload"`
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range found {
+			sch := Schedule{Name: r.Name, Payload: r.Payload}
+			if err := s.openSchedule(&sch); err != nil {
+				return err
+			}
+			sealed, err := s.seal(scheduleBinding(r.Name), sealer.Payload, sch.Payload)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, resealSchedule, r.Name, string(sealed)); err != nil {
+				return err
+			}
+			changed++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reseal schedules: %w", err)
+	}
+	return changed, nil
+}
