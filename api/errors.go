@@ -29,6 +29,8 @@ const (
 	CodeTaskNotCancellable  = "task_not_cancellable"
 	CodeIdempotencyConflict = "idempotency_conflict"
 	CodeLeaseLost           = "lease_lost"
+	CodeScheduleNotFound    = "schedule_not_found"
+	CodeScheduleExists      = "schedule_exists"
 	CodeUnavailable         = "unavailable"
 	CodeInternal            = "internal"
 	CodeClientClosed        = "client_closed_request"
@@ -80,6 +82,8 @@ var storageErrors = []struct {
 	{storage.ErrTaskNotCancellable, http.StatusConflict, CodeTaskNotCancellable},
 	{storage.ErrLeaseLost, http.StatusConflict, CodeLeaseLost},
 	{storage.ErrIdempotencyConflict, http.StatusConflict, CodeIdempotencyConflict},
+	{storage.ErrScheduleNotFound, http.StatusNotFound, CodeScheduleNotFound},
+	{storage.ErrScheduleExists, http.StatusConflict, CodeScheduleExists},
 }
 
 // toAPIError turns any error into the API error to report.
@@ -100,8 +104,11 @@ func toAPIError(err error) *Error {
 		if errors.Is(err, m.err) {
 			msg := m.err.Error()
 			var conflict *storage.IdempotencyConflictError
+			var scheduled *storage.QueueHasSchedulesError
 			if errors.As(err, &conflict) {
 				msg = conflict.Error()
+			} else if errors.As(err, &scheduled) {
+				msg = scheduled.Error()
 			}
 			return &Error{Status: m.status, Code: m.code, Message: msg}
 		}

@@ -98,6 +98,9 @@ type Server struct {
 	OnLow func(queue string)
 	// LowWater is the buffer size that counts as nearly empty.
 	LowWater int
+	// OnScheduleChange, when set, is called when a schedule is created or changed, so
+	// the replica's scheduler re-plans its sleep at once.
+	OnScheduleChange func()
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker id → when this replica last recorded it
@@ -178,6 +181,13 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.POST("/workers/nack", s.nack)
 	e.POST("/workers/release", s.release)
 	e.GET("/workers", s.listWorkers)
+
+	e.POST("/schedules", s.createSchedule)
+	e.GET("/schedules", s.listSchedules)
+	e.GET("/schedules/:name", s.getSchedule)
+	e.PATCH("/schedules/:name", s.updateSchedule)
+	e.DELETE("/schedules/:name", s.deleteSchedule)
+	e.POST("/schedules/:name/trigger", s.triggerSchedule)
 	s.engine = e
 	return s, nil
 }

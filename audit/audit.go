@@ -1,6 +1,6 @@
 // Package audit records operator actions: who created, changed, paused, resumed or
-// deleted a queue, cancelled a task, replayed or discarded dead tasks, or minted or
-// revoked a token; when, from which address, with what request, and what the API
+// deleted a queue, cancelled a task, replayed or discarded dead tasks, created, changed,
+// deleted or triggered a schedule, or minted or revoked a token; when, from which address, with what request, and what the API
 // answered. The routes it records are those whose auth.Rule says Audit.
 //
 // The middleware runs after authentication, so it records what authorized callers
@@ -14,12 +14,14 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -82,6 +84,20 @@ func entry(c *gin.Context, head []byte) storage.AuditEntry {
 		if p.Session {
 			e.Via = "session"
 		}
+	}
+	if strings.HasPrefix(e.Route, "/schedules") { // :name is the schedule's; the body may name its queue
+		var body struct {
+			Name  string `json:"name"`
+			Queue string `json:"queue"`
+		}
+		_ = json.Unmarshal(head, &body)
+		if v := cmp.Or(c.Param("name"), body.Name); v != "" && len(v) <= 200 {
+			e.Target = &v
+		}
+		if body.Queue != "" && len(body.Queue) <= 200 {
+			e.Queue = &body.Queue
+		}
+		return e
 	}
 	if v := c.Param("name"); v != "" {
 		e.Queue = &v

@@ -149,6 +149,15 @@ func (f fixtures) lease(queue string) (string, string) {
 	return out.Tasks[0].ID, out.Tasks[0].LeaseToken
 }
 
+// schedule creates an hourly schedule on queue mq and returns its name.
+func (f fixtures) schedule() string {
+	f.t.Helper()
+	name := uniq("sched")
+	must(f.t, f.in, 201, request{method: "POST", path: "/schedules", token: f.admin,
+		body: map[string]any{"name": name, "queue": "mq", "cron": "@hourly", "payload": 1}})
+	return name
+}
+
 // dead makes a dead task in queue and returns its id.
 func (f fixtures) dead(queue string) string {
 	f.t.Helper()

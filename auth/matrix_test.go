@@ -106,6 +106,17 @@ var matrixCases = map[string]routeCase{
 	"GET /workers": {admin, 200, get("/workers")},
 	"GET /audit":   {admin, 200, get("/audit")},
 
+	"POST /schedules": {admin, 201, func(fixtures) request {
+		return request{path: "/schedules", body: map[string]any{"name": uniq("new"), "queue": "mq", "cron": "@daily", "payload": 1}}
+	}},
+	"GET /schedules":       {admin, 200, get("/schedules")},
+	"GET /schedules/:name": {admin, 200, func(f fixtures) request { return request{path: "/schedules/" + f.schedule()} }},
+	"PATCH /schedules/:name": {admin, 200, func(f fixtures) request {
+		return request{path: "/schedules/" + f.schedule(), body: map[string]any{"priority": 2}}
+	}},
+	"DELETE /schedules/:name":       {admin, 204, func(f fixtures) request { return request{path: "/schedules/" + f.schedule()} }},
+	"POST /schedules/:name/trigger": {admin, 201, func(f fixtures) request { return request{path: "/schedules/" + f.schedule() + "/trigger"} }},
+
 	"POST /tokens": {admin, 201, post("/tokens", map[string]any{"role": "producer", "name": "matrix"})},
 	"GET /tokens":  {admin, 200, get("/tokens")},
 	"DELETE /tokens/:id": {admin, 204, func(f fixtures) request {

@@ -78,6 +78,14 @@ var rules = map[string]Rule{
 	"GET /workers":            {Role: RoleAdmin},
 	"GET /audit":              {Role: RoleAdmin},
 
+	// Schedules name no queue in the path (their :name is the schedule's): admin only.
+	"POST /schedules":               {Role: RoleAdmin, Audit: true},
+	"GET /schedules":                {Role: RoleAdmin},
+	"GET /schedules/:name":          {Role: RoleAdmin},
+	"PATCH /schedules/:name":        {Role: RoleAdmin, Audit: true},
+	"DELETE /schedules/:name":       {Role: RoleAdmin, Audit: true},
+	"POST /schedules/:name/trigger": {Role: RoleAdmin, Audit: true},
+
 	"POST /tokens":       {Role: RoleAdmin, Audit: true},
 	"GET /tokens":        {Role: RoleAdmin},
 	"DELETE /tokens/:id": {Role: RoleAdmin, Audit: true},

@@ -34,6 +34,10 @@ var (
 	// ErrLeaseLost: the caller no longer holds the task's lease (409). It is also the
 	// context cause of a handler whose lease was lost.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrScheduleNotFound: the schedule does not exist (404).
+	ErrScheduleNotFound = errors.New("schedule not found")
+	// ErrScheduleExists: a schedule of that name already exists (409).
+	ErrScheduleExists = errors.New("schedule already exists")
 	// ErrUnavailable: the server, or PostgreSQL or Redis behind it, cannot serve now
 	// (503, 502, 504), or the server could not be reached at all. Retry later.
 	ErrUnavailable = errors.New("server unavailable")
@@ -57,6 +61,8 @@ var (
 
 // codes maps each API error code to its sentinel.
 var codes = map[string]error{
+	"schedule_not_found":   ErrScheduleNotFound,
+	"schedule_exists":      ErrScheduleExists,
 	"invalid_request":      ErrInvalidRequest,
 	"payload_too_large":    ErrPayloadTooLarge,
 	"not_found":            ErrNotFound,

@@ -82,6 +82,9 @@ type Task struct {
 	// Progress is the last progress the worker reported (Job.Progress) for the
 	// current or last attempt; null until one is, and again once the next starts.
 	Progress json.RawMessage `json:"progress"`
+	// Schedule names the schedule whose tick (or trigger) created the task; nil for
+	// tasks enqueued directly.
+	Schedule *string `json:"schedule"`
 }
 
 // Attempt is one execution of a task, as attempt_history reports it.

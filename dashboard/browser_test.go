@@ -36,6 +36,7 @@ func TestBrowser(t *testing.T) {
 		{"OverviewUpdatesLiveWithoutReload", testOverviewUpdatesLive, nil},
 		{"ReplayDeadTaskByClicking", testReplayDeadTask, nil},
 		{"PauseQueueFromPage", testPauseQueue, nil},
+		{"PauseAndRunScheduleFromPage", testSchedules, nil},
 		{"EditQueueSettings", testEditSettings, nil},
 		{"AuditLogListsOperatorActions", testAuditLog, nil},
 		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
@@ -228,6 +229,37 @@ func testPauseQueue(t *testing.T, e *env) {
 	})
 	page.waitJS(`document.querySelector('#queues tr[data-queue="emails"] td[data-col="state"]').textContent === 'paused'`, "the paused badge")
 	page.waitJS(`document.querySelector('#queues tr[data-queue="emails"] button.btn').textContent === 'Resume'`, "the Resume button")
+	page.checkClean()
+}
+
+// The Schedules tab lists a schedule; Pause reaches the API and Run now enqueues a
+// task that the row then links to.
+func testSchedules(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("reports", nil)
+	s.Must(http.StatusCreated, "POST", "/schedules", map[string]any{
+		"name": "nightly", "queue": "reports", "cron": "30 2 * * *", "timezone": "Europe/Berlin", "payload": 1})
+	page := e.open("#/schedules")
+	row := `#schedule-list tr[data-schedule="nightly"]`
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="state"]')?.textContent === 'active'`, row), "the nightly row")
+	page.click(row + ` button[data-action="pause"]`)
+	testserver.Eventually(t, 5*time.Second, "the API to report nightly paused", func() bool {
+		var sch struct {
+			Paused bool `json:"paused"`
+		}
+		s.Must(http.StatusOK, "GET", "/schedules/nightly", nil).JSON(t, &sch)
+		return sch.Paused
+	})
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="state"]')?.textContent === 'paused'`, row), "the paused badge")
+	page.click(row + ` button[data-action="run"]`)
+	var sch struct {
+		LastTaskID *string `json:"last_task_id"`
+	}
+	testserver.Eventually(t, 5*time.Second, "a task run from the page", func() bool {
+		s.Must(http.StatusOK, "GET", "/schedules/nightly", nil).JSON(t, &sch)
+		return sch.LastTaskID != nil
+	})
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="task"] a')?.title === %q`, row, *sch.LastTaskID), "the last task's link")
 	page.checkClean()
 }
 

@@ -1,6 +1,6 @@
 // Package server wires one TaskForge replica together: the PostgreSQL pool and
-// migrations, the Redis buffer, the HTTP API, the dispatcher and the watchdog, and
-// runs them until its context ends, then drains. It owns no queue logic.
+// migrations, the Redis buffer, the HTTP API, the dispatcher, the watchdog and the
+// scheduler, and runs them until its context ends, then drains. It owns no queue logic.
 package server
 
 import (
@@ -30,6 +30,7 @@ import (
 	"github.com/taskforge/taskforge/internal/tally"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -171,6 +172,7 @@ type Server struct {
 	API        *api.Server
 	Dispatcher *dispatcher.Dispatcher
 	Watchdog   *watchdog.Watchdog
+	Scheduler  *scheduler.Scheduler
 	Store      *storage.Store
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
@@ -259,6 +261,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "dispatcher"))
 	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
+	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
+	s.API.OnScheduleChange = s.Scheduler.Wake
 	s.API.OnDue = s.Dispatcher.Wake
 	if noListen { // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		s.API.OnEnqueued = s.Dispatcher.Wake
@@ -349,6 +353,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		{"wake listener", s.API.Run},
 		{"dispatcher", s.Dispatcher.Run},
 		{"watchdog", s.Watchdog.Run},
+		{"scheduler", s.Scheduler.Run},
 		{"janitor", s.Janitor.Run},
 		{"tally", s.Tally.Run},
 	}

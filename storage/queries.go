@@ -40,22 +40,23 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at`
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at`
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule`
 
-// insertTasks inserts a batch in input order. A task whose idempotency key is already
+// insertTasks inserts a batch in input order ($12: the schedule that fired them, or
+// NULL). A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
 // inserter of the same key, so concurrent identical requests create one task).
 const insertTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent)
+	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule)
 SELECT i.id, $1, i.payload::jsonb, i.priority, 'pending', coalesce(i.scheduled_at, now()),
-	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11
+	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12
 FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
 	$9::text[], $10::bytea[])
 	WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
@@ -571,3 +572,67 @@ ORDER BY id DESC LIMIT $3`
 // grow with time, so the primary key finds them without an index on at).
 const deleteExpiredAudit = `DELETE FROM audit_log WHERE id IN (
 	SELECT id FROM audit_log WHERE at < now() - $1 * interval '1 millisecond' ORDER BY id LIMIT $2)`
+
+// Schedules (package scheduler fires them; migration 0011)
+
+const scheduleColumns = `name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds,
+	paused, next_run_at, last_run_at, last_task_id, created_at, updated_at`
+
+// insertSchedule creates a schedule; nothing is returned when the name is taken.
+const insertSchedule = `INSERT INTO schedules (name, queue, cron, timezone, payload, priority,
+	max_retries, timeout_seconds, paused, next_run_at)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10)
+ON CONFLICT (name) DO NOTHING
+RETURNING ` + scheduleColumns
+
+const getSchedule = `SELECT ` + scheduleColumns + ` FROM schedules WHERE name = $1`
+
+// lockSchedule is getSchedule holding the row until the transaction ends, with the
+// database clock.
+const lockSchedule = `SELECT ` + scheduleColumns + `, now() AS db_now FROM schedules WHERE name = $1 FOR UPDATE`
+
+// listSchedules: by name, of queue $1 (NULL = every queue).
+const listSchedules = `SELECT ` + scheduleColumns + ` FROM schedules
+WHERE $1::text IS NULL OR queue = $1 ORDER BY name`
+
+const updateSchedule = `UPDATE schedules SET queue = $2, cron = $3, timezone = $4, payload = $5::jsonb,
+	priority = $6, max_retries = $7, timeout_seconds = $8, paused = $9, next_run_at = $10, updated_at = now()
+WHERE name = $1
+RETURNING ` + scheduleColumns
+
+const deleteSchedule = `DELETE FROM schedules WHERE name = $1`
+
+// claimDueSchedule locks the unpaused schedule whose tick is most overdue, skipping
+// those another scheduler holds and those named in $1 (they failed this pass), and
+// returns it with the database clock: one probe of schedules_due_idx, however many
+// schedules exist.
+const claimDueSchedule = `SELECT ` + scheduleColumns + `, now() AS db_now FROM schedules
+WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= now() AND NOT (name = ANY($1::text[]))
+ORDER BY next_run_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED`
+
+// scheduleFired records a fired tick ($2 next tick, $3 task, $4 when): last_run_at is
+// when it fired.
+const scheduleFired = `UPDATE schedules SET next_run_at = $2, last_task_id = $3, last_run_at = $4
+WHERE name = $1`
+
+// scheduleTriggered records a run now that leaves the next tick alone.
+const scheduleTriggered = `UPDATE schedules SET last_task_id = $2, last_run_at = now() WHERE name = $1`
+
+// nextScheduleIn is how many seconds until the earliest unpaused tick (NULL when
+// none): one probe of schedules_due_idx.
+const nextScheduleIn = `SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules
+WHERE NOT paused AND next_run_at IS NOT NULL`
+
+// schedulesOfQueue names the schedules that target queue $1 (DeleteQueue refuses while any does).
+const schedulesOfQueue = `SELECT name FROM schedules WHERE queue = $1 ORDER BY name LIMIT 20`
+
+// unsealedSchedules lists the schedules whose payload is not sealed with the current
+// key ($1 the sealed prefix, as in unsealedTasks); there are few, so all at once.
+const unsealedSchedules = `SELECT name, payload FROM schedules
+WHERE left(coalesce(payload->>'taskforge_sealed', ''), length($1)) <> $1
+ORDER BY name
+FOR UPDATE SKIP LOCKED`
+
+const resealSchedule = `UPDATE schedules SET payload = $2::jsonb WHERE name = $1`

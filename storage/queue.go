@@ -75,7 +75,8 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 }
 
 // DeleteQueue deletes an empty queue together with its finished (done or cancelled)
-// tasks and its tally. It returns ErrQueueNotEmpty while the queue holds unfinished or dead tasks.
+// tasks and its tally. It returns ErrQueueNotEmpty while the queue holds unfinished or dead tasks,
+// and a *QueueHasSchedulesError (also ErrQueueNotEmpty) while schedules target it.
 func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var locked string
@@ -91,6 +92,9 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 		}
 		if live {
 			return ErrQueueNotEmpty
+		}
+		if err := schedulesTargeting(ctx, tx, name); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, deleteQueue, name); err != nil {
 			return err

@@ -17,6 +17,24 @@ import (
 // when the stored fingerprint matches, the stored task is returned with Created
 // false; otherwise the whole batch fails with an *IdempotencyConflictError.
 func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
+	var out []Enqueued
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil)
+		return err
+	})
+	if err != nil {
+		if isForeignKeyViolation(err) { // the queue was deleted under us
+			err = ErrQueueNotFound
+		}
+		return nil, fmt.Errorf("enqueue into %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// enqueueTx is Enqueue within tx, for tasks that schedule (nil: none) fired. It seals
+// payloads, reserves idempotency keys and wakes the dispatchers as Enqueue does.
+func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, traceparent, schedule *string) ([]Enqueued, error) {
 	n := len(tasks)
 	ids := make([]uuid.UUID, n)
 	payloads := make([]string, n)
@@ -30,7 +48,7 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 		ids[i] = t.ID
 		payload, err := s.seal(queue, sealer.Payload, t.Payload)
 		if err != nil {
-			return nil, fmt.Errorf("enqueue into %s: %w", queue, err)
+			return nil, err
 		}
 		payloads[i] = string(payload)
 		priorities[i] = int32(t.Priority)
@@ -42,55 +60,46 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 	}
 
 	out := make([]Enqueued, n)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var defaultRetries int
-		if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue).Scan(&defaultRetries); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrQueueNotFound
-			}
-			return err
+	var defaultRetries int
+	if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue).Scan(&defaultRetries); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrQueueNotFound
 		}
-		rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
-			schedules, retries, timeouts, keys, fingerprints, traceparent)
-		if err != nil {
-			return err
-		}
-		inserted, err := s.collectTasks(rows)
-		if err != nil {
-			return err
-		}
-		byID := make(map[uuid.UUID]Task, len(inserted))
-		for _, t := range inserted {
-			byID[t.ID] = t
-		}
-		var missingKeys []string
-		for i, t := range tasks {
-			if it, ok := byID[t.ID]; ok {
-				out[i] = Enqueued{Task: it, Created: true}
-			} else if t.IdempotencyKey != nil {
-				missingKeys = append(missingKeys, *t.IdempotencyKey)
-			} else {
-				return fmt.Errorf("task %d was not inserted", i)
-			}
-		}
-		if len(missingKeys) > 0 {
-			if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
-				return err
-			}
-		}
-		if len(inserted) > 0 {
-			// Dispatchers take due tasks at once and plan a wake-up for later ones.
-			if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
+		schedules, retries, timeouts, keys, fingerprints, traceparent, schedule)
 	if err != nil {
-		if isForeignKeyViolation(err) { // the queue was deleted under us
-			err = ErrQueueNotFound
+		return nil, err
+	}
+	inserted, err := s.collectTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[uuid.UUID]Task, len(inserted))
+	for _, t := range inserted {
+		byID[t.ID] = t
+	}
+	var missingKeys []string
+	for i, t := range tasks {
+		if it, ok := byID[t.ID]; ok {
+			out[i] = Enqueued{Task: it, Created: true}
+		} else if t.IdempotencyKey != nil {
+			missingKeys = append(missingKeys, *t.IdempotencyKey)
+		} else {
+			return nil, fmt.Errorf("task %d was not inserted", i)
 		}
-		return nil, fmt.Errorf("enqueue into %s: %w", queue, err)
+	}
+	if len(missingKeys) > 0 {
+		if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
+			return nil, err
+		}
+	}
+	if len(inserted) > 0 {
+		// Dispatchers take due tasks at once and plan a wake-up for later ones.
+		if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

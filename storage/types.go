@@ -44,6 +44,8 @@ var (
 	ErrTaskNotCancellable  = errors.New("task already finished")
 	ErrLeaseLost           = errors.New("lease is not held")
 	ErrIdempotencyConflict = errors.New("idempotency key already used by a different request")
+	ErrScheduleNotFound    = errors.New("schedule not found")
+	ErrScheduleExists      = errors.New("schedule already exists")
 )
 
 // IdempotencyConflictError says which task of a batch reused a key with a different request.
@@ -114,6 +116,9 @@ type Task struct {
 	// current (or last) attempt: null until one is reported, and again from the
 	// claim of the next attempt.
 	Progress json.RawMessage `json:"progress" db:"progress"`
+	// Schedule names the schedule whose tick (or trigger) created the task; nil for
+	// tasks enqueued directly.
+	Schedule *string `json:"schedule" db:"schedule"`
 }
 
 // Attempt is one execution of a task by a worker.

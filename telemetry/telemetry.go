@@ -44,6 +44,8 @@ type Telemetry struct {
 	commitFailures  *prometheus.CounterVec
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
+	scheduleRuns    *prometheus.CounterVec
+	scheduleLate    prometheus.Histogram
 }
 
 // latencyBuckets span 1 ms to ~65 s.
@@ -83,8 +85,13 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "HTTP requests by route, method and status code."}, []string{"route", "method", "code"})
 	t.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_http_request_duration_seconds",
 		Help: "HTTP request duration by route (poll includes its long-poll wait).", Buckets: latencyBuckets}, []string{"route", "method"})
+	t.scheduleRuns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_schedule_runs_total",
+		Help: "Ticks of a schedule fired (one task each), by schedule."}, []string{"schedule"})
+	t.scheduleLate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskforge_schedule_lateness_seconds",
+		Help: "Time from a schedule's tick to the commit of its task, on the database clock.", Buckets: latencyBuckets})
 	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
-		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration} {
+		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration,
+		t.scheduleRuns, t.scheduleLate} {
 		f(c)
 	}
 	return t

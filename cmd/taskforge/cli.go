@@ -69,10 +69,10 @@ func exitCodeOf(err error) int {
 	switch {
 	case is(client.ErrUnavailable, context.DeadlineExceeded):
 		return exitUnavailable
-	case is(client.ErrQueueNotFound, client.ErrTaskNotFound, client.ErrNotFound):
+	case is(client.ErrQueueNotFound, client.ErrTaskNotFound, client.ErrNotFound, client.ErrScheduleNotFound):
 		return exitNotFound
 	case is(client.ErrQueueExists, client.ErrQueueNotEmpty, client.ErrTaskNotCancellable,
-		client.ErrIdempotencyConflict, client.ErrLeaseLost):
+		client.ErrIdempotencyConflict, client.ErrLeaseLost, client.ErrScheduleExists):
 		return exitConflict
 	case is(client.ErrInvalidRequest, client.ErrPayloadTooLarge):
 		return exitUsage

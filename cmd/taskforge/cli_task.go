@@ -261,6 +261,7 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"payload", fmtJSON(t.Payload)},
 		{"replayed_from", fmtPtr(t.ReplayedFrom)},
 		{"replay_count", strconv.Itoa(t.ReplayCount)},
+		{"schedule", fmtPtr(t.Schedule)},
 		{"created_at", fmtTime(t.CreatedAt)},
 		{"finished_at", fmtTimePtr(t.FinishedAt)},
 	})

@@ -43,7 +43,8 @@ func keysCommand() *cobra.Command {
 	rotate := &cobra.Command{
 		Use:   "rotate",
 		Short: "Re-encrypt every payload, result and error text with the first key, in small batches",
-		Long: `rotate seals every task's payload, result and error texts with the first of the given keys:
+		Long: `rotate seals every task's payload, result and error texts, and every schedule's payload,
+with the first of the given keys:
 plain ones (written before encryption was turned on) and ones sealed with an older key.
 Put the new key first in TASKFORGE_ENCRYPTION_KEYS on every replica (keeping the old
 ones), run rotate, then drop the old keys. Safe while replicas run: each batch is a
@@ -92,6 +93,13 @@ short transaction that skips rows locked by running statements.`,
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "\r")
 			cmd.Printf("re-encrypted %d tasks with key %s\n", total, sl.CurrentKey())
+			schedules, err := store.ResealSchedules(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if schedules > 0 {
+				cmd.Printf("re-encrypted %d schedules with key %s\n", schedules, sl.CurrentKey())
+			}
 			return nil
 		},
 	}

@@ -7,8 +7,9 @@ import { dlq } from './views/dlq.js';
 import { workers } from './views/workers.js';
 import { settings } from './views/settings.js';
 import { audit } from './views/audit.js';
+import { schedules } from './views/schedules.js';
 
-const views = { overview, tasks, dlq, workers, settings, audit };
+const views = { overview, tasks, dlq, workers, settings, schedules, audit };
 const main = document.getElementById('main');
 let current = null; // {name, view}
 
