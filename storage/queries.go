@@ -212,6 +212,9 @@ WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
 	WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.priority > 0
 		AND t.scheduled_at <= now())`
 
+// disableJIT turns JIT compilation off for a session (see Connect).
+const disableJIT = `SET jit = off`
+
 // dbNow is the database clock.
 const dbNow = `SELECT now()`
 
@@ -573,7 +576,7 @@ ORDER BY id DESC LIMIT $3`
 const deleteExpiredAudit = `DELETE FROM audit_log WHERE id IN (
 	SELECT id FROM audit_log WHERE at < now() - $1 * interval '1 millisecond' ORDER BY id LIMIT $2)`
 
-// Schedules (package scheduler fires them; migration 0011)
+// Schedules (package scheduler fires them; migration 0010)
 
 const scheduleColumns = `name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds,
 	paused, next_run_at, last_run_at, last_task_id, created_at, updated_at`

@@ -70,12 +70,6 @@ func BehindTransactionPooler(url string) ConnectOption {
 		if !strings.Contains(url, "default_query_exec_mode") {
 			cfg.ConnConfig.DefaultQueryExecMode = PooledExecMode
 		}
-		// A pooler refuses startup parameters it does not know; and a statement
-		// planned afresh each time (PooledExecMode) is planned with its values, so
-		// its cost is not overestimated into a JIT compilation.
-		if !strings.Contains(url, "jit=") {
-			delete(cfg.ConnConfig.RuntimeParams, "jit")
-		}
 	}
 }
 
@@ -91,12 +85,18 @@ func Connect(ctx context.Context, url string, maxConns int32, opts ...ConnectOpt
 	// No JIT: TaskForge's statements are short, and a cached generic plan whose
 	// LIMIT is a parameter is costed as if it read a tenth of a large backlog, which
 	// made PostgreSQL JIT-compile the dispatch statement on every run (~0.9 s each
-	// with 4 million pending tasks). The URL may still set jit.
-	if !strings.Contains(url, "jit=") {
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
-	}
-	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+	// with 4 million pending tasks). A SET, not a startup parameter, which a pooler
+	// would refuse; behind a transaction pooler (PooledExecMode) it is left out,
+	// since a session setting cannot be kept there, and each statement is planned
+	// with its values anyway. The URL may still set jit.
+	noJIT := !strings.Contains(url, "jit=")
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		ConfigureConn(conn)
+		if noJIT && conn.Config().DefaultQueryExecMode != PooledExecMode {
+			if _, err := conn.Exec(ctx, disableJIT); err != nil {
+				return fmt.Errorf("turn JIT off: %w", err)
+			}
+		}
 		return nil
 	}
 	for _, o := range opts {

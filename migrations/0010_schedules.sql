@@ -1,4 +1,4 @@
--- 0011: schedules (cron). Each row fires one task per tick into its queue; the
+-- 0010: schedules (cron). Each row fires one task per tick into its queue; the
 -- scheduler (package scheduler) claims due rows with FOR UPDATE SKIP LOCKED and, in
 -- one transaction per schedule, inserts the tick's task and advances next_run_at.
 
