@@ -82,6 +82,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
+	done   *doneHub // requests awaiting a task's end (await.go)
 	acks   *groupCommit[storage.AckItem, ackOutcome]
 	claims *groupCommit[claimRequest, []storage.Task]
 	limits *ratelimit.Settings
@@ -113,7 +114,7 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 // New returns a Server. Call Run to receive wake-ups and Handler to serve.
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
+	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(), done: newDoneHub(),
 		limits: ratelimit.NewSettings(store, log),
 		seen:   make(map[string]time.Time), draining: make(chan struct{})}
 	s.acks = newAckCommit(store, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
@@ -192,8 +193,8 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Engine returns the gin engine, for mounting further routes (dashboard, metrics).
 func (s *Server) Engine() *gin.Engine { return s.engine }
 
-// Run keeps the queue settings fresh and rouses long-poll waiters on buffer wake-ups
-// until ctx is done. It returns nil when ctx is cancelled.
+// Run keeps the queue settings fresh, rouses long-poll waiters on buffer wake-ups
+// and task waiters on announcements of finished tasks, until ctx is done. It returns nil when ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -201,7 +202,7 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = s.limits.Run(ctx)
 	}()
 	defer func() { <-done }()
-	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel())
+	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel(), s.buf.DoneChannel())
 	defer sub.Close()
 	ch := sub.Channel()
 	for {
@@ -212,7 +213,9 @@ func (s *Server) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
+			if msg.Channel == s.buf.DoneChannel() {
+				s.done.wake(buffer.ParseDone(msg.Payload))
+			} else if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
 				s.hub.wake(queue, n)
 			}
 		}
