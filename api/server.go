@@ -105,6 +105,11 @@ type Server struct {
 	// afterClaim, set only by tests (export_test.go), runs with the poll's request
 	// context once a claim committed and before the poll answers.
 	afterClaim func(context.Context) // closed by Drain: long polls return at once
+
+	// bulkRows and afterBulkBatch, set only by tests (export_test.go), override the
+	// rows per transaction of bulk operations and hear of each committed batch.
+	bulkRows       int
+	afterBulkBatch func(rows int)
 }
 
 // Drain makes waiting long polls return (empty) at once, so a shutdown does not wait
@@ -162,11 +167,13 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.GET("/queues/:name/tasks", s.listTasks)
 	e.GET("/queues/:name/tasks/:id", s.getTask)
 	e.DELETE("/queues/:name/tasks/:id", s.cancelTask)
+	e.POST("/queues/:name/tasks/cancel", s.cancelMany)
 
 	e.GET("/queues/:name/dlq", s.listDead)
 	e.POST("/queues/:name/dlq/replay", s.replayMany)
 	e.POST("/queues/:name/dlq/:id/replay", s.replayOne)
 	e.DELETE("/queues/:name/dlq/:id", s.discardDead)
+	e.DELETE("/queues/:name/dlq", s.discardMany)
 
 	e.POST("/workers/poll", s.poll)
 	e.POST("/workers/heartbeat", s.heartbeat)

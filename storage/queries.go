@@ -557,3 +557,48 @@ ORDER BY id DESC LIMIT $3`
 // grow with time, so the primary key finds them without an index on at).
 const deleteExpiredAudit = `DELETE FROM audit_log WHERE id IN (
 	SELECT id FROM audit_log WHERE at < now() - $1 * interval '1 millisecond' ORDER BY id LIMIT $2)`
+
+// Bulk operations (bulk.go): each statement is its own transaction over at most one
+// batch of rows.
+
+// bulkCancelWaiting cancels up to $3 tasks of queue $1 whose status is one of $2
+// (none of them executing). SKIP LOCKED passes over rows a claim or another batch
+// holds, so a batch never waits on live traffic. It returns each task with the
+// status it had.
+const bulkCancelWaiting = `WITH c AS (
+	SELECT id, status FROM tasks
+	WHERE queue = $1 AND status = ANY($2::text[])
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t SET status = 'cancelled', finished_at = now(), updated_at = now()
+FROM c WHERE t.id = c.id
+RETURNING t.id, c.status AS from_status, t.attempts`
+
+// bulkCancelIDs cancels the tasks $2 of queue $1 as cancelTask does one: a waiting
+// task ends cancelled, an executing one is flagged for its worker; finished tasks
+// and ids of no task of the queue are left alone.
+const bulkCancelIDs = `WITH c AS (
+	SELECT id, status FROM tasks
+	WHERE queue = $1 AND id = ANY($2::uuid[])
+		AND status IN ('pending', 'claimed', 'retry', 'blocked', 'executing')
+	ORDER BY id
+	FOR UPDATE
+)
+UPDATE tasks t SET
+	status = CASE WHEN c.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+	cancel_requested = (c.status = 'executing'),
+	finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
+	updated_at = now()
+FROM c WHERE t.id = c.id
+RETURNING t.id, c.status AS from_status, t.attempts`
+
+// bulkDiscardDead deletes up to $4 dead tasks of queue $1: those among $2, or any
+// when $3. Their attempts go by ON DELETE CASCADE.
+const bulkDiscardDead = `WITH doomed AS (
+	SELECT id FROM tasks
+	WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`

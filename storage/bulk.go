@@ -1,0 +1,118 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Bulk operations: cancelling or discarding many tasks at once, a batch per
+// transaction, so that no transaction holds more than one batch of rows however many
+// tasks match, and live traffic on the same tables waits on a batch at most.
+
+// BulkBatch is the default number of rows one transaction of a bulk operation
+// changes at most.
+const BulkBatch = 1000
+
+// BulkCancelled is a task a bulk cancel changed.
+type BulkCancelled struct {
+	ID         uuid.UUID `db:"id"`
+	FromStatus string    `db:"from_status"` // executing: flagged cancel_requested, still running
+	Attempts   int       `db:"attempts"`
+}
+
+// CancelWaiting cancels every task of queue whose status is one of statuses, batch
+// rows per transaction (BulkBatch when batch ≤ 0), calling each after every batch
+// commits with the tasks it cancelled. It must not be given executing: those need
+// their worker told (CancelTasks). Rows another transaction holds are passed over,
+// so a task claimed meanwhile may start instead of being cancelled. It returns how
+// many it cancelled, with ErrQueueNotFound for an unknown queue. When ctx ends, the
+// batches committed so far stay.
+func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []string, batch int, each func([]BulkCancelled)) (int, error) {
+	if batch <= 0 {
+		batch = BulkBatch
+	}
+	if err := s.mustExist(ctx, queue); err != nil {
+		return 0, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+	}
+	total := 0
+	for {
+		rows, err := s.pool.Query(ctx, bulkCancelWaiting, queue, statuses, batch)
+		if err != nil {
+			return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+		}
+		done, err := pgx.CollectRows(rows, pgx.RowToStructByName[BulkCancelled])
+		if err != nil {
+			return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+		}
+		total += len(done)
+		if len(done) > 0 && each != nil {
+			each(done)
+		}
+		if len(done) < batch {
+			return total, nil
+		}
+	}
+}
+
+// CancelTasks cancels the tasks ids of queue in one transaction, as CancelTask does
+// each: a waiting task ends cancelled, an executing one gains cancel_requested (its
+// FromStatus is executing). Finished tasks and ids of no task of queue are skipped.
+// Callers bound len(ids) to a batch.
+func (s *Store) CancelTasks(ctx context.Context, queue string, ids []uuid.UUID) ([]BulkCancelled, error) {
+	if err := s.mustExist(ctx, queue); err != nil {
+		return nil, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+	}
+	rows, err := s.pool.Query(ctx, bulkCancelIDs, queue, ids)
+	if err != nil {
+		return nil, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[BulkCancelled])
+	if err != nil {
+		return nil, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// DiscardDeadMany deletes dead tasks of queue and their attempts: those among ids,
+// or every one when all is set, batch rows per transaction (BulkBatch when batch ≤
+// 0), calling each with the count of every committed batch. Ids that are not dead
+// tasks of queue are skipped. It returns how many it deleted, with ErrQueueNotFound
+// for an unknown queue. When ctx ends, the batches committed so far stay.
+func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UUID, all bool, batch int, each func(int)) (int64, error) {
+	if batch <= 0 {
+		batch = BulkBatch
+	}
+	if err := s.mustExist(ctx, queue); err != nil {
+		return 0, fmt.Errorf("discard dead tasks of %s: %w", queue, err)
+	}
+	if ids == nil {
+		ids = []uuid.UUID{}
+	}
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, bulkDiscardDead, queue, ids, all, batch)
+		if err != nil {
+			return total, fmt.Errorf("discard dead tasks of %s: %w", queue, err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n > 0 && each != nil {
+			each(int(n))
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// mustExist returns ErrQueueNotFound unless queue exists.
+func (s *Store) mustExist(ctx context.Context, queue string) error {
+	ok, err := s.QueueExists(ctx, queue)
+	if err == nil && !ok {
+		err = ErrQueueNotFound
+	}
+	return err
+}
