@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,8 @@ type BulkCancelled struct {
 // rows per transaction (BulkBatch when batch ≤ 0), calling each after every batch
 // commits with the tasks it cancelled. It must not be given executing: those need
 // their worker told (CancelTasks). Rows another transaction holds are passed over,
-// so a task claimed meanwhile may start instead of being cancelled. It returns how
+// and tried again until none is left, for about a second at most, so a task a
+// worker claims meanwhile may start instead of being cancelled. It returns how
 // many it cancelled, with ErrQueueNotFound for an unknown queue. When ctx ends, the
 // batches committed so far stay.
 func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []string, batch int, each func([]BulkCancelled)) (int, error) {
@@ -38,23 +40,29 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 		return 0, fmt.Errorf("cancel tasks of %s: %w", queue, err)
 	}
 	total := 0
-	for {
+	err := inBatches(ctx, func() (int, error) {
 		rows, err := s.pool.Query(ctx, bulkCancelWaiting, queue, statuses, batch)
 		if err != nil {
-			return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+			return 0, err
 		}
 		done, err := pgx.CollectRows(rows, pgx.RowToStructByName[BulkCancelled])
 		if err != nil {
-			return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
+			return 0, err
 		}
 		total += len(done)
 		if len(done) > 0 && each != nil {
 			each(done)
 		}
-		if len(done) < batch {
-			return total, nil
-		}
+		return len(done), nil
+	}, func() (bool, error) {
+		var left bool
+		err := s.pool.QueryRow(ctx, anyWithStatus, queue, statuses).Scan(&left)
+		return left, err
+	})
+	if err != nil {
+		return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
 	}
+	return total, nil
 }
 
 // CancelTasks cancels the tasks ids of queue in one transaction, as CancelTask does
@@ -92,21 +100,62 @@ func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UU
 		ids = []uuid.UUID{}
 	}
 	var total int64
-	for {
+	err := inBatches(ctx, func() (int, error) {
 		tag, err := s.pool.Exec(ctx, bulkDiscardDead, queue, ids, all, batch)
 		if err != nil {
-			return total, fmt.Errorf("discard dead tasks of %s: %w", queue, err)
+			return 0, err
 		}
 		n := tag.RowsAffected()
 		total += n
 		if n > 0 && each != nil {
 			each(int(n))
 		}
-		if n < int64(batch) {
-			return total, nil
+		return int(n), nil
+	}, func() (bool, error) {
+		var left bool
+		err := s.pool.QueryRow(ctx, anyDead, queue, ids, all).Scan(&left)
+		return left, err
+	})
+	if err != nil {
+		return total, fmt.Errorf("discard dead tasks of %s: %w", queue, err)
+	}
+	return total, nil
+}
+
+// inBatches runs pass, one batch in its own transaction, until a pass changes
+// nothing. Passes skip rows other transactions hold, so when one changes nothing
+// while left still finds matching rows, those are locked by short transactions
+// (a dispatch, a claim): inBatches tries again after a pause, a few times, and then
+// leaves them.
+func inBatches(ctx context.Context, pass func() (int, error), left func() (bool, error)) error {
+	for idle := 0; ; {
+		n, err := pass()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		more, err := left()
+		if err != nil || !more || idle >= bulkLockedRetries {
+			return err
+		}
+		idle++
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(bulkLockedPause):
 		}
 	}
 }
+
+// bulkLockedRetries and bulkLockedPause bound how long a bulk operation waits for
+// rows other transactions hold: about a second.
+const (
+	bulkLockedRetries = 20
+	bulkLockedPause   = 50 * time.Millisecond
+)
 
 // mustExist returns ErrQueueNotFound unless queue exists.
 func (s *Store) mustExist(ctx context.Context, queue string) error {

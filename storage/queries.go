@@ -602,3 +602,10 @@ const bulkDiscardDead = `WITH doomed AS (
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`
+
+// anyWithStatus: does queue $1 still hold a task whose status is one of $2?
+const anyWithStatus = `SELECT EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND status = ANY($2::text[]))`
+
+// anyDead: does queue $1 still hold a dead task among $2 (any, when $3)?
+const anyDead = `SELECT EXISTS (SELECT 1 FROM tasks
+WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[])))`
