@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -22,6 +23,7 @@ type BulkCancelled struct {
 	ID         uuid.UUID `db:"id"`
 	FromStatus string    `db:"from_status"` // executing: flagged cancel_requested, still running
 	Attempts   int       `db:"attempts"`
+	CreatedAt  time.Time `db:"created_at"` // the keyset position of the batch
 }
 
 // CancelWaiting cancels every task of queue whose status is one of statuses, batch
@@ -40,30 +42,48 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 		return 0, fmt.Errorf("cancel tasks of %s: %w", queue, err)
 	}
 	total := 0
-	err := inBatches(ctx, func() (int, error) {
-		rows, err := s.pool.Query(ctx, bulkCancelWaiting, queue, statuses, batch)
+	for _, status := range statuses {
+		var at *time.Time // keyset position: the oldest task of the last batch
+		var atID uuid.UUID
+		err := inBatches(ctx, func() (int, error) {
+			sql, args := bulkCancelWaiting, []any{queue, status, batch}
+			if at != nil {
+				sql, args = bulkCancelWaitingAfter, append(args, *at, atID)
+			}
+			rows, err := s.pool.Query(ctx, sql, args...)
+			if err != nil {
+				return 0, err
+			}
+			done, err := pgx.CollectRows(rows, pgx.RowToStructByName[BulkCancelled])
+			if err != nil {
+				return 0, err
+			}
+			for _, t := range done {
+				if at == nil || t.CreatedAt.Before(*at) || (t.CreatedAt.Equal(*at) && bytesLess(t.ID, atID)) {
+					c := t.CreatedAt
+					at, atID = &c, t.ID
+				}
+			}
+			total += len(done)
+			if len(done) > 0 && each != nil {
+				each(done)
+			}
+			return len(done), nil
+		}, func() (bool, error) {
+			at = nil // start over: what is left was locked when its turn came
+			var left bool
+			err := s.pool.QueryRow(ctx, anyWithStatus, queue, []string{status}).Scan(&left)
+			return left, err
+		})
 		if err != nil {
-			return 0, err
+			return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
 		}
-		done, err := pgx.CollectRows(rows, pgx.RowToStructByName[BulkCancelled])
-		if err != nil {
-			return 0, err
-		}
-		total += len(done)
-		if len(done) > 0 && each != nil {
-			each(done)
-		}
-		return len(done), nil
-	}, func() (bool, error) {
-		var left bool
-		err := s.pool.QueryRow(ctx, anyWithStatus, queue, statuses).Scan(&left)
-		return left, err
-	})
-	if err != nil {
-		return total, fmt.Errorf("cancel tasks of %s: %w", queue, err)
 	}
 	return total, nil
 }
+
+// bytesLess orders UUIDs as PostgreSQL does.
+func bytesLess(a, b uuid.UUID) bool { return bytes.Compare(a[:], b[:]) < 0 }
 
 // CancelTasks cancels the tasks ids of queue in one transaction, as CancelTask does
 // each: a waiting task ends cancelled, an executing one gains cancel_requested (its

@@ -561,19 +561,30 @@ const deleteExpiredAudit = `DELETE FROM audit_log WHERE id IN (
 // Bulk operations (bulk.go): each statement is its own transaction over at most one
 // batch of rows.
 
-// bulkCancelWaiting cancels up to $3 tasks of queue $1 whose status is one of $2
-// (none of them executing). SKIP LOCKED passes over rows a claim or another batch
-// holds, so a batch never waits on live traffic. It returns each task with the
-// status it had.
-const bulkCancelWaiting = `WITH c AS (
-	SELECT id, status FROM tasks
-	WHERE queue = $1 AND status = ANY($2::text[])
+// bulkCancelWaiting cancels up to $3 tasks of queue $1 with status $2 (never
+// executing), newest first, in the order of tasks_status_list_idx so that LIMIT stops
+// the index scan early. SKIP LOCKED passes over rows a claim or another batch holds,
+// so a batch never waits on live traffic. It returns each task with the status it
+// had and its position. bulkCancelWaitingAfter is the same from before the keyset
+// position ($4, $5): each batch starts where the last ended, as an index condition,
+// rather than rescanning the entries its predecessors left behind.
+const bulkCancelWaiting = bulkCancelWaitingHead + bulkCancelWaitingTail
+
+const bulkCancelWaitingAfter = bulkCancelWaitingHead + `
+		AND (created_at, id) < ($4, $5::uuid)` + bulkCancelWaitingTail
+
+const bulkCancelWaitingHead = `WITH c AS (
+	SELECT id, status, created_at FROM tasks
+	WHERE queue = $1 AND status = $2`
+
+const bulkCancelWaitingTail = `
+	ORDER BY created_at DESC, id DESC
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE tasks t SET status = 'cancelled', finished_at = now(), updated_at = now()
 FROM c WHERE t.id = c.id
-RETURNING t.id, c.status AS from_status, t.attempts`
+RETURNING t.id, c.status AS from_status, t.attempts, c.created_at`
 
 // bulkCancelIDs cancels the tasks $2 of queue $1 as cancelTask does one: a waiting
 // task ends cancelled, an executing one is flagged for its worker; finished tasks
@@ -591,7 +602,7 @@ UPDATE tasks t SET
 	finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
 	updated_at = now()
 FROM c WHERE t.id = c.id
-RETURNING t.id, c.status AS from_status, t.attempts`
+RETURNING t.id, c.status AS from_status, t.attempts, t.created_at`
 
 // bulkDiscardDead deletes up to $4 dead tasks of queue $1: those among $2, or any
 // when $3. Their attempts go by ON DELETE CASCADE.
