@@ -207,6 +207,23 @@ func testReplayDeadTask(t *testing.T, e *env) {
 	page.click(row + " a.new-task")
 	page.waitJS(fmt.Sprintf(`document.getElementById('detail-id')?.textContent === %q`, newID), "the new task in the inspector")
 	page.screenshot("test-replayed", false)
+	// Back in the dead-letter browser, bulk discard: the first and the remaining
+	// bulk-replayed one, selected together.
+	eval[string](page, `location.hash = '#/dlq?queue=billing'`)
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s input[type="checkbox"]') !== null`, row), "the dead-letter list again")
+	for _, id := range []string{dead.ID, more[0].ID} {
+		page.click(fmt.Sprintf(`#dlq-list tr[data-task="%s"] input[type="checkbox"]`, id))
+	}
+	page.waitJS(`document.getElementById('discard-selected').textContent === 'Discard selected (2)'`, "two selected to discard")
+	page.click("#discard-selected")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	page.waitJS(`document.querySelectorAll('#dlq-list tbody tr').length === 0`, "the discarded rows gone")
+	for _, id := range []string{dead.ID, more[0].ID} {
+		if r := s.Do("GET", "/queues/billing/tasks/"+id, nil); r.Status != http.StatusNotFound {
+			t.Fatalf("bulk-discarded task %s still there: %d", id, r.Status)
+		}
+	}
+
 	page.checkClean()
 }
 
