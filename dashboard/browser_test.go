@@ -419,5 +419,26 @@ func testCancelFromInspector(t *testing.T, e *env) {
 		return s.Task("cleanup", task.ID).Status == "cancelled"
 	})
 	page.waitJS(`document.querySelector('#task-detail .detail-status')?.textContent.includes('cancelled')`, "the cancelled badge")
+
+	// Two more, selected in the list and cancelled in one request; the finished one
+	// cannot be selected.
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	more := []testserver.Task{s.Enqueue("cleanup", map[string]any{"payload": 1, "scheduled_at": later}),
+		s.Enqueue("cleanup", map[string]any{"payload": 2, "scheduled_at": later})}
+	page.do(chromedp.Navigate(s.URL + "/admin/#/tasks?queue=cleanup&limit=25"))
+	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 3`, "three tasks listed")
+	if !eval[bool](page, fmt.Sprintf(`document.querySelector('#task-list tr[data-task="%s"] input[type="checkbox"]').disabled`, task.ID)) {
+		t.Fatal("a cancelled task can be selected for cancelling")
+	}
+	page.click("#tasks-all")
+	page.waitJS(`document.getElementById('cancel-selected').textContent === 'Cancel selected (2)'`, "two selected")
+	page.click("#cancel-selected")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	for _, m := range more {
+		testserver.Eventually(t, 5*time.Second, "the selected tasks to be cancelled", func() bool {
+			return s.Task("cleanup", m.ID).Status == "cancelled"
+		})
+	}
+	page.waitJS(`document.querySelectorAll('#task-list tbody input[type="checkbox"]:not(:disabled)').length === 0`, "no cancellable task left in the list")
 	page.checkClean()
 }
