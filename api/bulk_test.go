@@ -236,6 +236,24 @@ func TestBulkCancelByIDsAndBadInput(t *testing.T) {
 	if got := statusCounts(t, s.Config.DatabaseURL, "q"); got["pending"] != 3 || got["cancelled"] != 2 {
 		t.Fatalf("statuses: %v", got)
 	}
+
+	// Audited, refused requests included.
+	var audit struct {
+		Entries []struct {
+			Route  string `json:"route"`
+			Status int    `json:"status"`
+		} `json:"entries"`
+	}
+	s.Must(200, "GET", "/audit?queue=q&limit=500", nil).JSON(t, &audit)
+	byStatus := map[int]int{}
+	for _, e := range audit.Entries {
+		if e.Route == "/queues/:name/tasks/cancel" {
+			byStatus[e.Status]++
+		}
+	}
+	if byStatus[200] < 3 || byStatus[400] < 10 {
+		t.Fatalf("audit entries of bulk cancels by status: %v", byStatus)
+	}
 }
 
 func TestBulkDiscardDead(t *testing.T) {
@@ -280,6 +298,21 @@ func TestBulkDiscardDead(t *testing.T) {
 		t.Fatalf("discard all: %+v in %d batches", out, batches.Load())
 	}
 	s.Must(404, "GET", "/queues/q/tasks/"+b.ID, nil)
+	var audit struct {
+		Entries []struct {
+			Route string `json:"route"`
+		} `json:"entries"`
+	}
+	s.Must(200, "GET", "/audit?queue=q&limit=500", nil).JSON(t, &audit)
+	discards := 0
+	for _, e := range audit.Entries {
+		if e.Route == "/queues/:name/dlq" {
+			discards++
+		}
+	}
+	if discards < 8 {
+		t.Fatalf("%d audit entries of bulk discards, want 8", discards)
+	}
 	if got := statusCounts(t, s.Config.DatabaseURL, "q"); got["pending"] != 1 || len(got) != 1 {
 		t.Fatalf("statuses after discarding all: %v", got)
 	}
