@@ -102,13 +102,12 @@ func (s *Server) cancelMany(c *gin.Context) {
 			each(batch)
 		}
 	}
-	if err != nil && cancelled+requested == 0 {
+	if err != nil {
+		if cancelled+requested > 0 { // the batches before the failure stay committed
+			s.log.Warn("bulk cancel stopped early", "queue", queue, "cancelled", cancelled, "err", err)
+		}
 		s.fail(c, err)
 		return
-	}
-	if err != nil {
-		// Some batches committed before the failure: say what was done.
-		s.log.Warn("bulk cancel stopped early", "queue", queue, "cancelled", cancelled, "err", err)
 	}
 	c.JSON(http.StatusOK, gin.H{"cancelled": cancelled, "cancel_requested": requested})
 }
@@ -133,12 +132,12 @@ func (s *Server) discardMany(c *gin.Context) {
 		return
 	}
 	n, err := s.store.DiscardDeadMany(c, c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)
-	if err != nil && n == 0 {
+	if err != nil {
+		if n > 0 { // the batches before the failure stay committed
+			s.log.Warn("bulk discard stopped early", "queue", c.Param("name"), "discarded", n, "err", err)
+		}
 		s.fail(c, err)
 		return
-	}
-	if err != nil {
-		s.log.Warn("bulk discard stopped early", "queue", c.Param("name"), "discarded", n, "err", err)
 	}
 	c.JSON(http.StatusOK, gin.H{"discarded": n})
 }
