@@ -25,3 +25,12 @@ func SetAckCommitHooks(s *Server, h CommitHooks) {
 func SetClaimCommitHooks(s *Server, h CommitHooks) {
 	s.claims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
 }
+
+// SetBulkBatch makes s's bulk operations change at most rows rows per transaction and
+// call after with the rows of each committed batch.
+func SetBulkBatch(s *Server, rows int, after func(rows int)) {
+	s.bulkRows, s.afterBulkBatch = rows, after
+}
+
+// TaskWaiters returns how many requests wait on s for a task to end.
+func TaskWaiters(s *Server) int { return s.done.count() }

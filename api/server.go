@@ -82,6 +82,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
+	done   *doneHub // requests awaiting a task's end (await.go)
 	acks   *groupCommit[storage.AckItem, ackOutcome]
 	claims *groupCommit[claimRequest, []storage.Task]
 	limits *ratelimit.Settings
@@ -111,6 +112,11 @@ type Server struct {
 	// afterClaim, set only by tests (export_test.go), runs with the poll's request
 	// context once a claim committed and before the poll answers.
 	afterClaim func(context.Context) // closed by Drain: long polls return at once
+
+	// bulkRows and afterBulkBatch, set only by tests (export_test.go), override the
+	// rows per transaction of bulk operations and hear of each committed batch.
+	bulkRows       int
+	afterBulkBatch func(rows int)
 }
 
 // Drain makes waiting long polls return (empty) at once, so a shutdown does not wait
@@ -120,7 +126,7 @@ func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 // New returns a Server. Call Run to receive wake-ups and Handler to serve.
 func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
+	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(), done: newDoneHub(),
 		limits: ratelimit.NewSettings(store, log),
 		seen:   make(map[string]time.Time), draining: make(chan struct{})}
 	s.acks = newAckCommit(store, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
@@ -168,11 +174,13 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.GET("/queues/:name/tasks", s.listTasks)
 	e.GET("/queues/:name/tasks/:id", s.getTask)
 	e.DELETE("/queues/:name/tasks/:id", s.cancelTask)
+	e.POST("/queues/:name/tasks/cancel", s.cancelMany)
 
 	e.GET("/queues/:name/dlq", s.listDead)
 	e.POST("/queues/:name/dlq/replay", s.replayMany)
 	e.POST("/queues/:name/dlq/:id/replay", s.replayOne)
 	e.DELETE("/queues/:name/dlq/:id", s.discardDead)
+	e.DELETE("/queues/:name/dlq", s.discardMany)
 
 	e.POST("/workers/poll", s.poll)
 	e.POST("/workers/heartbeat", s.heartbeat)
@@ -206,8 +214,8 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Engine returns the gin engine, for mounting further routes (dashboard, metrics).
 func (s *Server) Engine() *gin.Engine { return s.engine }
 
-// Run keeps the queue settings fresh and rouses long-poll waiters on buffer wake-ups
-// until ctx is done. It returns nil when ctx is cancelled.
+// Run keeps the queue settings fresh, rouses long-poll waiters on buffer wake-ups
+// and task waiters on announcements of finished tasks, until ctx is done. It returns nil when ctx is cancelled.
 func (s *Server) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -215,7 +223,7 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = s.limits.Run(ctx)
 	}()
 	defer func() { <-done }()
-	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel())
+	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel(), s.buf.DoneChannel())
 	defer sub.Close()
 	ch := sub.Channel()
 	for {
@@ -226,7 +234,9 @@ func (s *Server) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
+			if msg.Channel == s.buf.DoneChannel() {
+				s.done.wake(buffer.ParseDone(msg.Payload))
+			} else if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
 				s.hub.wake(queue, n)
 			}
 		}

@@ -213,15 +213,12 @@ func (s *Server) getTask(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	t, attempts, err := s.store.GetTask(c, c.Param("name"), id)
+	wait, err := taskWait(c)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	if attempts == nil {
-		attempts = []storage.Attempt{}
-	}
-	c.JSON(http.StatusOK, taskWithHistory{Task: t, AttemptHistory: attempts})
+	s.awaitTask(c, c.Param("name"), id, wait)
 }
 
 // taskID parses a task id from a path; an id that is not a UUID names no task.
@@ -355,6 +352,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 	}
 	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
 		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"})
+	s.AnnounceTerminal(c, id)
 	// The buffer may still hold the id; a claim would skip it anyway.
 	if err := s.buf.Remove(c, queue, id); err != nil {
 		s.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)

@@ -425,6 +425,9 @@ func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason 
 	}
 	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
 		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason})
+	if terminal(t.Status) {
+		s.AnnounceTerminal(ctx, t.ID)
+	}
 	span := "taskforge.nack"
 	switch {
 	case t.Status == storage.StatusDone:

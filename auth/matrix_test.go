@@ -83,6 +83,12 @@ var matrixCases = map[string]routeCase{
 	"DELETE /queues/:name/dlq/:id": {adminQ, 204, func(f fixtures) request {
 		return request{path: "/queues/dq/dlq/" + f.dead("dq")}
 	}},
+	"DELETE /queues/:name/dlq": {adminQ, 200, func(f fixtures) request {
+		return request{path: "/queues/dq/dlq", body: map[string]any{"ids": []string{f.dead("dq")}}}
+	}},
+	"POST /queues/:name/tasks/cancel": {producerQ, 200, func(f fixtures) request {
+		return request{path: "/queues/mq/tasks/cancel", body: map[string]any{"ids": []string{f.task("mq")}}}
+	}},
 
 	"POST /workers/poll":      {workerPoll, 200, post("/workers/poll", map[string]any{"worker_id": "m", "queues": []string{"eq"}})},
 	"POST /workers/heartbeat": {worker, 200, post("/workers/heartbeat", map[string]any{"worker_id": "m"})},

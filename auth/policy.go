@@ -64,10 +64,12 @@ var rules = map[string]Rule{
 	"GET /queues/:name/tasks/:id":       {Role: RoleProducer, Queue: true},
 	"DELETE /queues/:name/tasks/:id":    {Role: RoleProducer, Queue: true, Audit: true},
 	"POST /queues/:name/tasks/batch":    {Role: RoleProducer, Queue: true},
+	"POST /queues/:name/tasks/cancel":   {Role: RoleProducer, Queue: true, Audit: true},
 	"GET /queues/:name/dlq":             {Role: RoleAdmin, Queue: true},
 	"POST /queues/:name/dlq/replay":     {Role: RoleAdmin, Queue: true, Audit: true},
 	"POST /queues/:name/dlq/:id/replay": {Role: RoleAdmin, Queue: true, Audit: true},
 	"DELETE /queues/:name/dlq/:id":      {Role: RoleAdmin, Queue: true, Audit: true},
+	"DELETE /queues/:name/dlq":          {Role: RoleAdmin, Queue: true, Audit: true},
 
 	"POST /workers/poll":      {Role: RoleWorker, PollBody: true},
 	"POST /workers/heartbeat": {Role: RoleWorker},

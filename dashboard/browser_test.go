@@ -208,6 +208,23 @@ func testReplayDeadTask(t *testing.T, e *env) {
 	page.click(row + " a.new-task")
 	page.waitJS(fmt.Sprintf(`document.getElementById('detail-id')?.textContent === %q`, newID), "the new task in the inspector")
 	page.screenshot("test-replayed", false)
+	// Back in the dead-letter browser, bulk discard: the first and the remaining
+	// bulk-replayed one, selected together.
+	eval[string](page, `location.hash = '#/dlq?queue=billing'`)
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s input[type="checkbox"]') !== null`, row), "the dead-letter list again")
+	for _, id := range []string{dead.ID, more[0].ID} {
+		page.click(fmt.Sprintf(`#dlq-list tr[data-task="%s"] input[type="checkbox"]`, id))
+	}
+	page.waitJS(`document.getElementById('discard-selected').textContent === 'Discard selected (2)'`, "two selected to discard")
+	page.click("#discard-selected")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	page.waitJS(`document.querySelectorAll('#dlq-list tbody tr').length === 0`, "the discarded rows gone")
+	for _, id := range []string{dead.ID, more[0].ID} {
+		if r := s.Do("GET", "/queues/billing/tasks/"+id, nil); r.Status != http.StatusNotFound {
+			t.Fatalf("bulk-discarded task %s still there: %d", id, r.Status)
+		}
+	}
+
 	page.checkClean()
 }
 
@@ -440,5 +457,26 @@ func testCancelFromInspector(t *testing.T, e *env) {
 		return s.Task("cleanup", task.ID).Status == "cancelled"
 	})
 	page.waitJS(`document.querySelector('#task-detail .detail-status')?.textContent.includes('cancelled')`, "the cancelled badge")
+
+	// Two more, selected in the list and cancelled in one request; the finished one
+	// cannot be selected.
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	more := []testserver.Task{s.Enqueue("cleanup", map[string]any{"payload": 1, "scheduled_at": later}),
+		s.Enqueue("cleanup", map[string]any{"payload": 2, "scheduled_at": later})}
+	page.do(chromedp.Navigate(s.URL + "/admin/#/tasks?queue=cleanup&limit=25"))
+	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 3`, "three tasks listed")
+	if !eval[bool](page, fmt.Sprintf(`document.querySelector('#task-list tr[data-task="%s"] input[type="checkbox"]').disabled`, task.ID)) {
+		t.Fatal("a cancelled task can be selected for cancelling")
+	}
+	page.click("#tasks-all")
+	page.waitJS(`document.getElementById('cancel-selected').textContent === 'Cancel selected (2)'`, "two selected")
+	page.click("#cancel-selected")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	for _, m := range more {
+		testserver.Eventually(t, 5*time.Second, "the selected tasks to be cancelled", func() bool {
+			return s.Task("cleanup", m.ID).Status == "cancelled"
+		})
+	}
+	page.waitJS(`document.querySelectorAll('#task-list tbody input[type="checkbox"]:not(:disabled)').length === 0`, "no cancellable task left in the list")
 	page.checkClean()
 }

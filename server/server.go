@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -273,7 +274,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
 	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
+		var finished []uuid.UUID // dead or cancelled: their waiters are told
+		defer func() { s.API.AnnounceTerminal(context.Background(), finished...) }()
 		for _, r := range ended {
+			if r.Status != storage.StatusRetry {
+				finished = append(finished, r.TaskID)
+			}
 			s.Dispatcher.Wake(r.Queue)                                  // a retry scheduled by the reclaim: plan for it
 			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
 			s.Telemetry.Reclaimed(r.Queue, r.Outcome)

@@ -639,3 +639,66 @@ ORDER BY name
 FOR UPDATE SKIP LOCKED`
 
 const resealSchedule = `UPDATE schedules SET payload = $2::jsonb WHERE name = $1`
+
+// Bulk operations (bulk.go): each statement is its own transaction over at most one
+// batch of rows.
+
+// bulkCancelWaiting cancels up to $3 tasks of queue $1 with status $2 (never
+// executing), newest first, in the order of tasks_status_list_idx so that LIMIT stops
+// the index scan early. SKIP LOCKED passes over rows a claim or another batch holds,
+// so a batch never waits on live traffic. It returns each task with the status it
+// had and its position. bulkCancelWaitingAfter is the same from before the keyset
+// position ($4, $5): each batch starts where the last ended, as an index condition,
+// rather than rescanning the entries its predecessors left behind.
+const bulkCancelWaiting = bulkCancelWaitingHead + bulkCancelWaitingTail
+
+const bulkCancelWaitingAfter = bulkCancelWaitingHead + `
+		AND (created_at, id) < ($4, $5::uuid)` + bulkCancelWaitingTail
+
+const bulkCancelWaitingHead = `WITH c AS (
+	SELECT id, status, created_at FROM tasks
+	WHERE queue = $1 AND status = $2`
+
+const bulkCancelWaitingTail = `
+	ORDER BY created_at DESC, id DESC
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t SET status = 'cancelled', finished_at = now(), updated_at = now()
+FROM c WHERE t.id = c.id
+RETURNING t.id, c.status AS from_status, t.attempts, c.created_at`
+
+// bulkCancelIDs cancels the tasks $2 of queue $1 as cancelTask does one: a waiting
+// task ends cancelled, an executing one is flagged for its worker; finished tasks
+// and ids of no task of the queue are left alone.
+const bulkCancelIDs = `WITH c AS (
+	SELECT id, status FROM tasks
+	WHERE queue = $1 AND id = ANY($2::uuid[])
+		AND status IN ('pending', 'claimed', 'retry', 'blocked', 'executing')
+	ORDER BY id
+	FOR UPDATE
+)
+UPDATE tasks t SET
+	status = CASE WHEN c.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+	cancel_requested = (c.status = 'executing'),
+	finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
+	updated_at = now()
+FROM c WHERE t.id = c.id
+RETURNING t.id, c.status AS from_status, t.attempts, t.created_at`
+
+// bulkDiscardDead deletes up to $4 dead tasks of queue $1: those among $2, or any
+// when $3. Their attempts go by ON DELETE CASCADE.
+const bulkDiscardDead = `WITH doomed AS (
+	SELECT id FROM tasks
+	WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id`
+
+// anyWithStatus: does queue $1 still hold a task whose status is one of $2?
+const anyWithStatus = `SELECT EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND status = ANY($2::text[]))`
+
+// anyDead: does queue $1 still hold a dead task among $2 (any, when $3)?
+const anyDead = `SELECT EXISTS (SELECT 1 FROM tasks
+WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[])))`

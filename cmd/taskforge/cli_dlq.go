@@ -156,16 +156,34 @@ func replayBatches(cmd *cobra.Command, o *cliOptions, c *client.Client, queue st
 }
 
 func dlqDiscardCommand(o *cliOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "discard QUEUE ID...",
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "discard QUEUE (ID... | --all)",
 		Short: "Delete dead tasks and their attempt history for good",
-		Args:  usageArgs(cobra.MinimumNArgs(2)),
+		Long: `Delete the dead tasks given by id, one request each (stopping at the first
+that fails), or with --all every dead task of the queue in one request, which
+the server carries out in batches.`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {
 				return err
 			}
 			queue, ids := args[0], args[1:]
+			if all == (len(ids) > 0) {
+				return usagef("give dead task ids or --all (not both)")
+			}
+			if all {
+				var n int
+				if err := o.call(cmd, func(ctx context.Context) (err error) { n, err = c.DiscardAllDead(ctx, queue); return err }); err != nil {
+					return err
+				}
+				if o.output == "json" {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"discarded": n})
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "discarded %d dead tasks of %s\n", n, queue)
+				return err
+			}
 			discarded := make([]string, 0, len(ids))
 			for _, id := range ids {
 				if err := o.call(cmd, func(ctx context.Context) error { return c.DiscardDead(ctx, queue, id) }); err != nil {
@@ -185,4 +203,6 @@ func dlqDiscardCommand(o *cliOptions) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "discard every dead task of the queue")
+	return cmd
 }

@@ -17,11 +17,11 @@ import (
 	"github.com/taskforge/taskforge/client"
 )
 
-// taskCommand is `taskforge task enqueue|get|list|cancel`.
+// taskCommand is `taskforge task enqueue|get|wait|list|cancel`.
 func taskCommand() *cobra.Command {
 	o := &cliOptions{}
-	return clientGroup(o, "task", "Enqueue, inspect, list and cancel tasks",
-		taskEnqueueCommand(o), taskGetCommand(o), taskListCommand(o), taskCancelCommand(o))
+	return clientGroup(o, "task", "Enqueue, inspect, await, list and cancel tasks",
+		taskEnqueueCommand(o), taskGetCommand(o), taskWaitCommand(o), taskListCommand(o), taskCancelCommand(o))
 }
 
 // enqueueFlags are the flags of `task enqueue`.
@@ -411,13 +411,34 @@ func printTaskList(cmd *cobra.Command, o *cliOptions, tasks []client.Task, next 
 }
 
 func taskCancelCommand(o *cliOptions) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel QUEUE ID",
-		Short: "Cancel a task (an executing one stops at its worker's next heartbeat)",
-		Args:  usageArgs(cobra.ExactArgs(2)),
+	var status string
+	cmd := &cobra.Command{
+		Use:   "cancel QUEUE (ID... | --status pending|retry|blocked)",
+		Short: "Cancel tasks (an executing one stops at its worker's next heartbeat)",
+		Long: `Cancel one task by id, several by id (sent 1000 a request), or every task of
+the queue with --status: pending (buffered ones included), retry or blocked. A
+task not yet executing ends cancelled at once; an executing one named by id is
+flagged, and its worker stops it at its next heartbeat (--status never touches
+executing tasks). The server cancels by status in batches, so give it a
+--request-timeout long enough for the queue (measured: about 5 minutes per
+million tasks on a small machine).`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			queue, ids := args[0], args[1:]
+			switch {
+			case status != "" && len(ids) > 0:
+				return usagef("give task ids or --status, not both")
+			case status == "" && len(ids) == 0:
+				return usagef("give task ids or --status pending|retry|blocked")
+			case status != "":
+				return bulkCancel(cmd, o, queue, func(ctx context.Context, c *client.Client) (client.BulkCancel, error) {
+					return c.CancelByStatus(ctx, queue, status)
+				})
+			case len(ids) > 1:
+				return cancelIDs(cmd, o, queue, ids)
+			}
 			t, err := request(o, cmd, func(ctx context.Context, c *client.Client) (*client.Task, error) {
-				return c.CancelTask(ctx, args[0], args[1])
+				return c.CancelTask(ctx, queue, ids[0])
 			})
 			if err != nil {
 				return err
@@ -435,4 +456,94 @@ func taskCancelCommand(o *cliOptions) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&status, "status", "", "cancel every task of the queue with this status: pending, retry or blocked")
+	return cmd
+}
+
+// cancelIDs cancels ids in requests of client.MaxBatch and prints the totals.
+func cancelIDs(cmd *cobra.Command, o *cliOptions, queue string, ids []string) error {
+	var total client.BulkCancel
+	for start := 0; start < len(ids); start += client.MaxBatch {
+		batch := ids[start:min(start+client.MaxBatch, len(ids))]
+		res, err := request(o, cmd, func(ctx context.Context, c *client.Client) (client.BulkCancel, error) {
+			return c.CancelTasks(ctx, queue, batch)
+		})
+		if err != nil {
+			if start == 0 {
+				return err
+			}
+			var ee exitError
+			errors.As(err, &ee)
+			return exitError{ee.code, fmt.Errorf("cancelled %d and flagged %d of the first %d tasks; then: %w",
+				total.Cancelled, total.CancelRequested, start, ee.err)}
+		}
+		total.Cancelled += res.Cancelled
+		total.CancelRequested += res.CancelRequested
+	}
+	return printBulkCancel(cmd, o, queue, total)
+}
+
+func bulkCancel(cmd *cobra.Command, o *cliOptions, queue string, fn func(ctx context.Context, c *client.Client) (client.BulkCancel, error)) error {
+	res, err := request(o, cmd, fn)
+	if err != nil {
+		return err
+	}
+	return printBulkCancel(cmd, o, queue, res)
+}
+
+func printBulkCancel(cmd *cobra.Command, o *cliOptions, queue string, res client.BulkCancel) error {
+	w := cmd.OutOrStdout()
+	if o.output == "json" {
+		return printJSON(w, res)
+	}
+	_, err := fmt.Fprintf(w, "cancelled %d tasks of %s", res.Cancelled, queue)
+	if err == nil && res.CancelRequested > 0 {
+		_, err = fmt.Fprintf(w, "; %d executing tasks stop at their worker's next heartbeat", res.CancelRequested)
+	}
+	if err == nil {
+		_, err = fmt.Fprintln(w)
+	}
+	return err
+}
+
+func taskWaitCommand(o *cliOptions) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait QUEUE ID",
+		Short: "Wait until a task is done, dead or cancelled, and show it",
+		Long: `Wait until the task ends (done, dead or cancelled) and show it as get does.
+The server answers as soon as the task ends; the command asks again every 30 s
+until then. With --timeout it gives up after that long, shows the task as it is
+and exits with 1; without it, it waits until interrupted.`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			t, err := c.WaitTask(ctx, args[0], args[1])
+			timedOut := err != nil && errors.Is(err, context.DeadlineExceeded) && t != nil
+			if err != nil && !timedOut {
+				return withExitCode(err)
+			}
+			w := cmd.OutOrStdout()
+			if o.output == "json" {
+				err = printJSON(w, t)
+			} else {
+				err = printTask(w, t)
+			}
+			if err == nil && timedOut {
+				err = exitError{exitFailure, fmt.Errorf("task %s is still %s after %s", t.ID, t.Status, timeout)}
+			}
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until the task ends)")
+	return cmd
 }

@@ -303,6 +303,31 @@ func TestCLITaskCommands(t *testing.T) {
 	contains(t, "cancel output", r.stdout, "cancel requested", "cli-worker")
 	r = e.want(0, "task", "get", "live", live.ID)
 	contains(t, "get output", r.stdout, "cancel_requested:", "true", "ATTEMPT", "cli-worker", "executing")
+
+	// task wait: a finished task at once; a waiting one until --timeout, exit 1.
+	r = e.want(0, "task", "wait", "q", task.ID)
+	contains(t, "wait output", r.stdout, "cancelled")
+	later := time.Now().Add(time.Hour).Format(time.RFC3339)
+	w := e.s.Enqueue("q", map[string]any{"payload": 1, "scheduled_at": later})
+	r = e.want(exitFailure, "task", "wait", "q", w.ID, "--timeout", "300ms")
+	contains(t, "wait stderr", r.stderr, "still pending")
+	contains(t, "wait output", r.stdout, "pending")
+	e.want(exitNotFound, "task", "wait", "q", "00000000-0000-0000-0000-000000000000")
+
+	// Bulk cancel: by ids, by status; bad combinations are usage errors.
+	more := []string{e.s.Enqueue("q", map[string]any{"payload": 2, "scheduled_at": later}).ID,
+		e.s.Enqueue("q", map[string]any{"payload": 3, "scheduled_at": later}).ID}
+	r = e.want(0, "task", "cancel", "q", more[0], w.ID)
+	contains(t, "bulk cancel output", r.stdout, "cancelled 2 tasks of q")
+	r = e.want(0, "task", "cancel", "q", "--status", "pending")
+	contains(t, "cancel --status output", r.stdout, "cancelled ", " tasks of q")
+	if got, err := e.c.GetTask(context.Background(), "q", more[1]); err != nil || got.Status != client.StatusCancelled {
+		t.Fatalf("after cancel --status pending: %v %v", got, err)
+	}
+	e.want(exitUsage, "task", "cancel", "q", more[1], "--status", "pending")
+	e.want(exitUsage, "task", "cancel", "q")
+	r = e.want(exitUsage, "task", "cancel", "q", "--status", "done")
+	contains(t, "stderr", r.stderr, "invalid_request")
 }
 
 func TestCLIDeadLetterCommands(t *testing.T) {
@@ -364,6 +389,9 @@ func TestCLIDeadLetterCommands(t *testing.T) {
 	r = e.want(exitNotFound, "dlq", "discard", "q", dead[3], dead[1])
 	contains(t, "stderr", r.stderr, "discarded 1 of 2 dead tasks", "task_not_found")
 	e.want(exitUsage, "dlq", "discard", "q")
+	e.want(exitUsage, "dlq", "discard", "q", dead[0], "--all")
+	r = e.want(0, "dlq", "discard", "q", "--all")
+	contains(t, "discard --all output", r.stdout, "discarded 2 dead tasks of q")
 }
 
 func TestCLIWorkersAndStats(t *testing.T) {

@@ -25,6 +25,8 @@ const labels = {
   'POST /queues/:name/dlq/replay': 'replayed dead tasks',
   'POST /queues/:name/dlq/:id/replay': 'replayed dead task',
   'DELETE /queues/:name/dlq/:id': 'discarded dead task',
+  'DELETE /queues/:name/dlq': 'discarded dead tasks',
+  'POST /queues/:name/tasks/cancel': 'cancelled tasks',
   'POST /tokens': 'minted token',
   'DELETE /tokens/:id': 'revoked token',
 };
@@ -222,6 +224,14 @@ function labelFor(e) {
   if (key === 'POST /queues/:name/dlq/replay' && r) {
     if (r.all === true) return 'replayed all dead tasks';
     if (Array.isArray(r.ids)) return `replayed ${r.ids.length} dead ${r.ids.length === 1 ? 'task' : 'tasks'}`;
+  }
+  if (key === 'DELETE /queues/:name/dlq' && r) {
+    if (r.all === true) return 'discarded all dead tasks';
+    if (Array.isArray(r.ids)) return `discarded ${r.ids.length} dead ${r.ids.length === 1 ? 'task' : 'tasks'}`;
+  }
+  if (key === 'POST /queues/:name/tasks/cancel' && r) {
+    if (typeof r.status === 'string') return `cancelled ${r.status} tasks`;
+    if (Array.isArray(r.ids)) return `cancelled ${r.ids.length} ${r.ids.length === 1 ? 'task' : 'tasks'}`;
   }
   return labels[key] || '';
 }

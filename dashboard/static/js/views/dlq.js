@@ -1,6 +1,6 @@
 // Dead-letter browser: a queue's dead tasks, filtered by time of death; replay
 // one, several or all (after a confirmation) and follow the link to the new task;
-// discard for good.
+// discard one or several for good.
 import { h, replace, setText, hashLink } from '../dom.js';
 import { api, q } from '../api.js';
 import { queueNames, findQueue } from '../live.js';
@@ -35,6 +35,7 @@ export function dlq() {
   const selCount = h('span', { class: 'sel-count', id: 'dlq-selected', text: 'None selected' });
   const replaySel = h('button', { type: 'button', class: 'btn btn-primary', id: 'replay-selected', text: 'Replay selected', disabled: true });
   const replayAll = h('button', { type: 'button', class: 'btn', id: 'replay-all', text: 'Replay all in queue' });
+  const discardSel = h('button', { type: 'button', class: 'btn btn-ghost-danger', id: 'discard-selected', text: 'Discard selected', disabled: true });
   const more = h('button', { type: 'button', class: 'btn', text: 'Load more', hidden: true });
   const summary = h('span', { class: 'muted small' });
 
@@ -42,7 +43,7 @@ export function dlq() {
     h('div', { class: 'view-head' }, h('h1', { text: 'Dead letters' }), summary),
     h('section', { class: 'card' }, form),
     h('section', { class: 'card', 'aria-label': 'Dead tasks' },
-      h('div', { class: 'bulk-bar' }, selCount, replaySel, replayAll),
+      h('div', { class: 'bulk-bar' }, selCount, replaySel, replayAll, discardSel),
       wrap, state, h('div', { class: 'list-foot' }, more)));
 
   form.addEventListener('submit', (e) => {
@@ -57,6 +58,7 @@ export function dlq() {
   });
   replaySel.addEventListener('click', () => replaySelected());
   replayAll.addEventListener('click', () => replayEverything());
+  discardSel.addEventListener('click', () => discardSelected());
   more.addEventListener('click', () => busy(more, () => load(true)));
 
   function selected() { return [...rows.values()].filter((r) => r.check.checked); }
@@ -66,6 +68,8 @@ export function dlq() {
     setText(selCount, n ? `${n} selected` : 'None selected');
     replaySel.disabled = n === 0;
     setText(replaySel, n ? `Replay selected (${n})` : 'Replay selected');
+    discardSel.disabled = n === 0;
+    setText(discardSel, n ? `Discard selected (${n})` : 'Discard selected');
     all.checked = n > 0 && n === rows.size;
     all.indeterminate = n > 0 && n < rows.size;
   }
@@ -212,6 +216,28 @@ export function dlq() {
         r.tr.remove();
         rows.delete(r.task.id);
         toast('Discarded.');
+        if (!rows.size) load(false);
+      } catch (err) {
+        toast('Could not discard: ' + err.message, { kind: 'bad' });
+      }
+    });
+    selectionChanged();
+  }
+
+  async function discardSelected() {
+    const sel = selected();
+    if (!sel.length) return;
+    const ok = await confirm({ title: `Discard ${sel.length} dead ${sel.length === 1 ? 'task' : 'tasks'}?`, action: `Discard ${sel.length}`, destructive: true,
+      body: [h('p', { text: `The selected dead tasks of ${params.queue} and their attempt histories are deleted for good.` })] });
+    if (!ok) return;
+    await busy(discardSel, async () => {
+      try {
+        const res = await api('DELETE', `/queues/${q(params.queue)}/dlq`, { ids: sel.map((r) => r.task.id) });
+        for (const r of sel) {
+          r.tr.remove();
+          rows.delete(r.task.id);
+        }
+        toast(`Discarded ${res.discarded} ${res.discarded === 1 ? 'task' : 'tasks'}.`);
         if (!rows.size) load(false);
       } catch (err) {
         toast('Could not discard: ' + err.message, { kind: 'bad' });

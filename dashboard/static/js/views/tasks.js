@@ -1,6 +1,7 @@
 // Task inspector: filter a queue's tasks by status, worker and creation time,
 // page through them, and open one for its payload, result, last error and attempt
-// history; cancel (or replay, when dead) from the page.
+// history; cancel (or replay, when dead) from the page, or cancel a selection of
+// the tasks shown in one request.
 import { h, replace, setText, hashLink } from '../dom.js';
 import { api, q, ApiError } from '../api.js';
 import { store, queueNames } from '../live.js';
@@ -18,6 +19,7 @@ export function tasks() {
   let loadSeq = 0;
   let detailSeq = 0;
   const rowsById = new Map();
+  const checks = new Map(); // id → checkbox, for tasks that can still be cancelled
 
   const queue = queueSelect([], '', { id: 'f-queue' });
   const status = h('select', { id: 'f-status', name: 'status' },
@@ -34,9 +36,13 @@ export function tasks() {
     field('Created after', after), field('Created before', before), field('Page size', limit),
     h('div', { class: 'filter-actions' }, apply, reset));
 
+  const all = h('input', { type: 'checkbox', id: 'tasks-all', 'aria-label': 'Select all cancellable tasks shown' });
+  const selCount = h('span', { class: 'sel-count', id: 'tasks-selected', text: 'None selected' });
+  const cancelSel = h('button', { type: 'button', class: 'btn btn-ghost-danger', id: 'cancel-selected', text: 'Cancel selected', disabled: true });
   const tbody = h('tbody');
   const table = h('table', { class: 'grid tasks', id: 'task-list' },
     h('thead', null, h('tr', null,
+      h('th', { scope: 'col', class: 'check' }, all),
       ...['Task', 'Status', 'Priority', 'Attempts', 'Worker', 'Created', 'Updated', 'Last error']
         .map((t) => h('th', { scope: 'col', class: ['Priority', 'Attempts'].includes(t) ? 'num' : null, text: t })))),
     tbody);
@@ -50,7 +56,8 @@ export function tasks() {
     h('div', { class: 'view-head' }, h('h1', { text: 'Tasks' })),
     h('section', { class: 'card' }, form),
     h('div', { class: 'inspector' },
-      h('section', { class: 'card list', 'aria-label': 'Tasks found' }, listWrap, listState,
+      h('section', { class: 'card list', 'aria-label': 'Tasks found' },
+        h('div', { class: 'bulk-bar' }, selCount, cancelSel), listWrap, listState,
         h('div', { class: 'list-foot' }, shown, more)),
       detail));
 
@@ -70,6 +77,40 @@ export function tasks() {
   }
   reset.addEventListener('click', () => { location.hash = hashLink('tasks', { queue: queue.value }); });
   more.addEventListener('click', () => busy(more, () => loadPage(true)));
+  all.addEventListener('change', () => {
+    for (const c of checks.values()) c.checked = all.checked;
+    selectionChanged();
+  });
+  cancelSel.addEventListener('click', () => cancelSelected());
+
+  function chosen() { return [...checks.entries()].filter(([, c]) => c.checked).map(([id]) => id); }
+
+  function selectionChanged() {
+    const n = chosen().length;
+    setText(selCount, n ? `${n} selected` : 'None selected');
+    cancelSel.disabled = n === 0;
+    setText(cancelSel, n ? `Cancel selected (${n})` : 'Cancel selected');
+    all.checked = n > 0 && n === checks.size;
+    all.indeterminate = n > 0 && n < checks.size;
+  }
+
+  async function cancelSelected() {
+    const ids = chosen();
+    if (!ids.length) return;
+    const ok = await confirm({ title: `Cancel ${ids.length} ${ids.length === 1 ? 'task' : 'tasks'}?`, action: `Cancel ${ids.length}`, destructive: true,
+      body: [h('p', { text: 'Tasks not yet running are cancelled at once and never run; executing ones are asked to stop at their worker\'s next heartbeat.' })] });
+    if (!ok) return;
+    await busy(cancelSel, async () => {
+      try {
+        const res = await api('POST', `/queues/${q(params.queue)}/tasks/cancel`, { ids });
+        toast(`Cancelled ${res.cancelled} ${res.cancelled === 1 ? 'task' : 'tasks'}` +
+          (res.cancel_requested ? `; ${res.cancel_requested} executing stop at their next heartbeat.` : '.'));
+      } catch (err) {
+        toast('Could not cancel: ' + err.message, { kind: 'bad' });
+      }
+    });
+    await loadPage(false);
+  }
 
   function listQuery() {
     const s = new URLSearchParams();
@@ -92,7 +133,7 @@ export function tasks() {
       replace(listState, empty('No queue to inspect.', 'Tasks appear here once a queue exists.'));
       return;
     }
-    if (!append) { cursor = null; rowsById.clear(); }
+    if (!append) { cursor = null; rowsById.clear(); checks.clear(); }
     replace(listState, append ? null : h('p', { class: 'muted', text: 'Loading…' }));
     try {
       const data = await api('GET', `/queues/${q(params.queue)}/tasks?${listQuery()}`);
@@ -110,6 +151,7 @@ export function tasks() {
       replace(listState, rowsById.size ? null : empty('No tasks match these filters.',
         params.status || params.worker || params.after || params.before ? 'Try a wider time range or another status.' : 'Enqueue one with POST /queues/' + params.queue + '/tasks.'));
       markSelected();
+      selectionChanged();
     } catch (err) {
       if (seq !== loadSeq) return;
       listWrap.hidden = rowsById.size === 0;
@@ -120,7 +162,15 @@ export function tasks() {
   function taskRow(t) {
     const link = h('a', { class: 'mono', href: hashLink('tasks', { ...linkParams(), task: t.id }), text: fmt.shortId(t.id), title: t.id });
     link.setAttribute('aria-label', `Task ${t.id}, ${t.status}`);
+    const check = h('input', { type: 'checkbox', 'aria-label': 'Select task ' + t.id, disabled: !waiting.has(t.status) });
+    if (waiting.has(t.status)) {
+      checks.set(t.id, check);
+      check.addEventListener('change', selectionChanged);
+    } else {
+      checks.delete(t.id);
+    }
     return h('tr', { dataset: { task: t.id } },
+      h('td', { class: 'check' }, check),
       h('td', null, link),
       h('td', null, badge(t.status), t.cancel_requested ? badge('cancel_requested', 'cancelling') : null),
       h('td', { class: 'num', text: t.priority }),
@@ -270,6 +320,7 @@ export function tasks() {
       tr.replaceWith(fresh);
       rowsById.set(id, fresh);
       markSelected();
+      selectionChanged();
     } catch { /* the detail shows errors */ }
   }
 
