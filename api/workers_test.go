@@ -442,6 +442,14 @@ func TestReleaseKeepsBudgetAndPlace(t *testing.T) {
 	}
 
 	// Back in line ahead of the younger task: attempt 2 of a task allowed one run.
+	// The younger one is buffered already; wait until the dispatcher has buffered
+	// the released one again too, so the poll chooses between both by their place.
+	for deadline := time.Now().Add(10 * time.Second); s.Task("q", first.ID).Status != "claimed"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the released task was not buffered again within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	p2 := s.Poll("w2", []string{"q"}, 1, 5000)[0]
 	if p2.ID != first.ID || p2.Attempt != 2 || p2.LeaseToken == p.LeaseToken {
 		t.Fatalf("after the release the poll got %+v, want attempt 2 of %s (before %s)", p2, first.ID, second.ID)
