@@ -112,23 +112,10 @@ func (s *Server) cancelMany(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"cancelled": cancelled, "cancel_requested": requested})
 }
 
-type bulkDiscardRequest struct {
-	IDs []uuid.UUID `json:"ids"`
-	All bool        `json:"all"`
-}
-
 func (s *Server) discardMany(c *gin.Context) {
-	var req bulkDiscardRequest
-	if err := decode(c, 1<<20, &req); err != nil {
+	req, err := decodeDeadSelection(c)
+	if err != nil {
 		s.fail(c, err)
-		return
-	}
-	if req.All == (len(req.IDs) > 0) {
-		s.fail(c, invalid(`give either "ids" (1 to %d task ids) or "all": true`, MaxBatch))
-		return
-	}
-	if len(req.IDs) > MaxBatch {
-		s.fail(c, invalid("ids may list at most %d tasks", MaxBatch))
 		return
 	}
 	n, err := s.store.DiscardDeadMany(c, c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)

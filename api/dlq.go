@@ -62,23 +62,32 @@ func (s *Server) replayOne(c *gin.Context) {
 	c.JSON(http.StatusCreated, tasks[0])
 }
 
-type replayRequest struct {
+// deadSelection names dead tasks for a bulk replay or discard: some ids, or all.
+type deadSelection struct {
 	IDs []uuid.UUID `json:"ids"`
 	All bool        `json:"all"`
 }
 
-func (s *Server) replayMany(c *gin.Context) {
-	var req replayRequest
+// decodeDeadSelection reads a deadSelection: exactly one of 1..MaxBatch ids or
+// "all": true.
+func decodeDeadSelection(c *gin.Context) (deadSelection, error) {
+	var req deadSelection
 	if err := decode(c, 1<<20, &req); err != nil {
-		s.fail(c, err)
-		return
+		return req, err
 	}
 	if req.All == (len(req.IDs) > 0) {
-		s.fail(c, invalid(`give either "ids" (1 to %d task ids) or "all": true`, MaxBatch))
-		return
+		return req, invalid(`give either "ids" (1 to %d task ids) or "all": true`, MaxBatch)
 	}
 	if len(req.IDs) > MaxBatch {
-		s.fail(c, invalid("ids may list at most %d tasks", MaxBatch))
+		return req, invalid("ids may list at most %d tasks", MaxBatch)
+	}
+	return req, nil
+}
+
+func (s *Server) replayMany(c *gin.Context) {
+	req, err := decodeDeadSelection(c)
+	if err != nil {
+		s.fail(c, err)
 		return
 	}
 	queue := c.Param("name")
