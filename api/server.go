@@ -184,6 +184,7 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 
 	e.POST("/workers/poll", s.poll)
 	e.POST("/workers/heartbeat", s.heartbeat)
+	e.POST("/workers/heartbeat/batch", s.heartbeatBatch)
 	e.POST("/workers/ack", s.ack)
 	e.POST("/workers/ack/batch", s.ackBatch)
 	e.POST("/workers/nack", s.nack)

@@ -12,7 +12,7 @@
 //	producer  GET /queues, GET /queues/:name, GET /queues/:name/stats,
 //	          POST /queues/:name/tasks, POST /queues/:name/tasks/batch,
 //	          GET /queues/:name/tasks, GET|DELETE /queues/:name/tasks/:id
-//	worker    POST /workers/poll, /workers/heartbeat, /workers/ack,
+//	worker    POST /workers/poll, /workers/heartbeat, /workers/heartbeat/batch, /workers/ack,
 //	          /workers/ack/batch, /workers/nack, /workers/release
 //	admin     everything: the above, queue create/update/pause/resume/delete, the
 //	          dead-letter queue, GET /workers, /metrics, /admin (dashboard), /tokens

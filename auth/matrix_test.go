@@ -101,6 +101,11 @@ var matrixCases = map[string]routeCase{
 		return request{path: "/workers/ack/batch", body: map[string]any{"worker_id": "fixture",
 			"acks": []any{map[string]any{"task_id": id, "lease_token": lease}}}}
 	}},
+	"POST /workers/heartbeat/batch": {worker, 200, func(f fixtures) request {
+		id, lease := f.lease("lq")
+		return request{path: "/workers/heartbeat/batch", body: map[string]any{"worker_id": "fixture",
+			"leases": []any{map[string]any{"task_id": id, "lease_token": lease}}}}
+	}},
 	"POST /workers/nack": {worker, 200, func(f fixtures) request {
 		id, lease := f.lease("lq")
 		return request{path: "/workers/nack", body: map[string]any{"worker_id": "fixture", "task_id": id, "lease_token": lease, "error": "x"}}

@@ -71,14 +71,15 @@ var rules = map[string]Rule{
 	"DELETE /queues/:name/dlq/:id":      {Role: RoleAdmin, Queue: true, Audit: true},
 	"DELETE /queues/:name/dlq":          {Role: RoleAdmin, Queue: true, Audit: true},
 
-	"POST /workers/poll":      {Role: RoleWorker, PollBody: true},
-	"POST /workers/heartbeat": {Role: RoleWorker},
-	"POST /workers/ack":       {Role: RoleWorker},
-	"POST /workers/ack/batch": {Role: RoleWorker},
-	"POST /workers/nack":      {Role: RoleWorker},
-	"POST /workers/release":   {Role: RoleWorker},
-	"GET /workers":            {Role: RoleAdmin},
-	"GET /audit":              {Role: RoleAdmin},
+	"POST /workers/poll":            {Role: RoleWorker, PollBody: true},
+	"POST /workers/heartbeat":       {Role: RoleWorker},
+	"POST /workers/heartbeat/batch": {Role: RoleWorker},
+	"POST /workers/ack":             {Role: RoleWorker},
+	"POST /workers/ack/batch":       {Role: RoleWorker},
+	"POST /workers/nack":            {Role: RoleWorker},
+	"POST /workers/release":         {Role: RoleWorker},
+	"GET /workers":                  {Role: RoleAdmin},
+	"GET /audit":                    {Role: RoleAdmin},
 
 	// Schedules name no queue in the path (their :name is the schedule's): admin only.
 	"POST /schedules":               {Role: RoleAdmin, Audit: true},

@@ -1,0 +1,83 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/storage"
+)
+
+// maxHeartbeatBatch bounds the leases of one batch heartbeat: a worker with more
+// tasks in hand sends several.
+const maxHeartbeatBatch = 1000
+
+// heartbeatBatchBodyLimit fits maxHeartbeatBatch items with room to spare.
+const heartbeatBatchBodyLimit = 256 << 10
+
+type heartbeatBatchRequest struct {
+	WorkerID string               `json:"worker_id"`
+	Leases   []heartbeatBatchItem `json:"leases"`
+}
+
+type heartbeatBatchItem struct {
+	TaskID     *uuid.UUID `json:"task_id"`
+	LeaseToken *uuid.UUID `json:"lease_token"`
+}
+
+// heartbeatResult is one lease of a batch heartbeat's answer: the extended lease,
+// or the error the single heartbeat would have returned.
+type heartbeatResult struct {
+	TaskID          uuid.UUID    `json:"task_id"`
+	LeaseExpiresAt  *time.Time   `json:"lease_expires_at,omitempty"`
+	CancelRequested *bool        `json:"cancel_requested,omitempty"`
+	Error           *errorDetail `json:"error,omitempty"`
+}
+
+// heartbeatBatch extends every lease a worker holds in one request and one
+// statement: what a worker with many tasks in hand sends once per interval instead
+// of one heartbeat per task. Each lease is extended or refused (lease_lost) on its
+// own; the answer lists them in the order sent.
+func (s *Server) heartbeatBatch(c *gin.Context) {
+	var req heartbeatBatchRequest
+	if err := decode(c, heartbeatBatchBodyLimit, &req); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := validWorkerID(req.WorkerID); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if len(req.Leases) == 0 || len(req.Leases) > maxHeartbeatBatch {
+		s.fail(c, invalid("leases must hold 1 to %d items", maxHeartbeatBatch))
+		return
+	}
+	refs := make([]storage.LeaseRef, len(req.Leases))
+	for i, l := range req.Leases {
+		if l.TaskID == nil || l.LeaseToken == nil {
+			s.fail(c, invalid("leases[%d]: task_id and lease_token are required", i))
+			return
+		}
+		refs[i] = storage.LeaseRef{TaskID: *l.TaskID, LeaseToken: *l.LeaseToken}
+	}
+	held, err := s.store.HeartbeatMany(c, req.WorkerID, refs, s.cfg.LeaseTimeout)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.recordWorker(c, req.WorkerID, nil)
+	lost := toAPIError(storage.ErrLeaseLost)
+	out := make([]heartbeatResult, len(refs))
+	for i, r := range refs {
+		out[i].TaskID = r.TaskID
+		l, ok := held[r.TaskID]
+		if !ok {
+			out[i].Error = &errorDetail{Code: lost.Code, Message: lost.Message}
+			continue
+		}
+		out[i].LeaseExpiresAt, out[i].CancelRequested = &l.ExpiresAt, &l.CancelRequested
+	}
+	c.JSON(http.StatusOK, gin.H{"leases": out})
+}
