@@ -144,6 +144,66 @@ func (c *Client) heartbeatWith(ctx context.Context, workerID, taskID, leaseToken
 	return l, date, nil
 }
 
+// LeaseRef names one lease to heartbeat: a task and the token of its claim.
+type LeaseRef struct {
+	TaskID     string
+	LeaseToken string
+}
+
+// LeaseResult is one lease of a batch heartbeat: the extended lease, or Err
+// (ErrLeaseLost) when it is no longer held.
+type LeaseResult struct {
+	TaskID string
+	Lease  LeaseState
+	Err    error
+}
+
+// HeartbeatBatch extends every lease in refs in one request and one commit
+// (POST /workers/heartbeat/batch, at most 1,000). Each lease is extended or
+// refused on its own; the results follow refs' order. The returned error means
+// none was extended.
+func (c *Client) HeartbeatBatch(ctx context.Context, workerID string, refs []LeaseRef) ([]LeaseResult, error) {
+	res, _, err := c.heartbeatBatch(ctx, workerID, refs)
+	return res, err
+}
+
+func (c *Client) heartbeatBatch(ctx context.Context, workerID string, refs []LeaseRef) ([]LeaseResult, time.Time, error) {
+	leases := make([]map[string]string, len(refs))
+	for i, r := range refs {
+		leases[i] = map[string]string{"task_id": r.TaskID, "lease_token": r.LeaseToken}
+	}
+	var out struct {
+		Leases []struct {
+			TaskID          string    `json:"task_id"`
+			ExpiresAt       time.Time `json:"lease_expires_at"`
+			CancelRequested bool      `json:"cancel_requested"`
+			Error           *struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"leases"`
+	}
+	date, status, err := c.do(ctx, http.MethodPost, "/workers/heartbeat/batch", nil,
+		map[string]any{"worker_id": workerID, "leases": leases}, &out)
+	if err != nil {
+		return nil, date, fmt.Errorf("heartbeat %d tasks: %w", len(refs), err)
+	}
+	if len(out.Leases) != len(refs) {
+		return nil, date, fmt.Errorf("heartbeat %d tasks: server answered %d leases (status %d)", len(refs), len(out.Leases), status)
+	}
+	results := make([]LeaseResult, len(refs))
+	for i, l := range out.Leases {
+		if l.TaskID != refs[i].TaskID {
+			return nil, date, fmt.Errorf("heartbeat %d tasks: server answered out of order: %s for %s", len(refs), l.TaskID, refs[i].TaskID)
+		}
+		results[i] = LeaseResult{TaskID: l.TaskID, Lease: LeaseState{ExpiresAt: l.ExpiresAt, CancelRequested: l.CancelRequested}}
+		if l.Error != nil {
+			results[i].Err = fmt.Errorf("heartbeat task %s: %w", l.TaskID, &APIError{Status: http.StatusConflict, Code: l.Error.Code, Message: l.Error.Message})
+		}
+	}
+	return results, date, nil
+}
+
 // Ack records that the attempt succeeded, with an optional JSON result, and returns
 // the task (done). It fails with ErrLeaseLost when the lease is no longer held.
 func (c *Client) Ack(ctx context.Context, workerID, taskID, leaseToken string, result json.RawMessage) (*Task, error) {

@@ -1,0 +1,192 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/server"
+)
+
+// fakeClock is a test's time: it moves only when Advance says so, and fires the
+// waits (After) whose time has come.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// Advance moves the clock by d and fires the waits that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	c.waiters = kept
+}
+
+// Waiting is how many waits are pending.
+func (c *fakeClock) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+// TestLeaseEstimateWithInjectedClock: while heartbeats fail, the worker keeps a
+// task's handler running until its own estimate of the lease (from the poll's
+// answer, on the worker's clock) has surely run out, then cancels it with
+// ErrLeaseLost. The clock is the test's, so no lease has to run out for real: the
+// server's 30 s lease does not expire during the test.
+func TestLeaseEstimateWithInjectedClock(t *testing.T) {
+	t.Parallel()
+	const lease, interval = 30 * time.Second, 10 * time.Second
+	s, _ := setup(t, func(cfg *server.Config) { cfg.LeaseTimeout, cfg.HeartbeatInterval = lease, interval })
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A proxy in front of the real server that fails heartbeats once cut is set.
+	var cut atomic.Bool
+	var failedBeats atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cut.Load() && strings.HasPrefix(r.URL.Path, "/workers/heartbeat") {
+			failedBeats.Add(1)
+			http.Error(w, "heartbeats cut by the test", http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	c, err := client.New(front.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	task := must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: 1}))
+
+	clock := &fakeClock{now: time.Now()}
+	w := client.NewWorker(c, client.WorkerConfig{ID: "w-clock", Concurrency: 1, PollWait: time.Second,
+		ShutdownGrace: -1, Logger: logger()})
+	client.SetWorkerClock(w, clock.Now, clock.After)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	w.Handle("q", func(ctx context.Context, _ *client.Job) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	start(t, w)
+	<-started
+	cut.Store(true)
+
+	// Each step: move the clock one heartbeat interval, and wait until the
+	// heartbeater has handled the failed beat and waits again.
+	step := func() {
+		t.Helper()
+		before := failedBeats.Load()
+		testserver.Eventually(t, 10*time.Second, "the heartbeater waits", func() bool { return clock.Waiting() > 0 })
+		clock.Advance(interval)
+		testserver.Eventually(t, 10*time.Second, "a failed heartbeat", func() bool { return failedBeats.Load() > before })
+		testserver.Eventually(t, 10*time.Second, "the heartbeater waits again", func() bool { return clock.Waiting() > 0 })
+	}
+	// Within the lease, failures only retry. The estimate is the lease the poll's
+	// answer gave (expiry minus its Date header, which is truncated to the second:
+	// 30 to 31 s) from its arrival on the worker's clock, plus a margin; so at
+	// +30 s the worker still counts on the lease, and at +40 s it surely has not.
+	for i := 1; i <= 3; i++ {
+		step()
+		select {
+		case err := <-cause:
+			t.Fatalf("handler cancelled %s into a %s lease: %v", time.Duration(i)*interval, lease, err)
+		default:
+		}
+	}
+	step()
+	select {
+	case got := <-cause:
+		if !errors.Is(got, client.ErrLeaseLost) {
+			t.Fatalf("handler cancelled with %v, want ErrLeaseLost", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not cancelled once the estimated lease ran out")
+	}
+	// The server still holds the task executing: the worker reported nothing.
+	if got := must[*client.Task](t)(c.GetTask(ctx, "q", task.ID)); got.Status != "executing" {
+		t.Fatalf("task is %s; a worker that lost its lease must not report it", got.Status)
+	}
+}
+
+// TestWorkerConfigValidate: out-of-range settings are errors, from Validate and
+// from Run, instead of being replaced silently; zero values take the defaults.
+func TestWorkerConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := (client.WorkerConfig{}).Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	if err := (client.WorkerConfig{Prefetch: -1, ShutdownGrace: -1}).Validate(); err != nil {
+		t.Fatalf("documented negative values: %v", err)
+	}
+	bad := map[string]client.WorkerConfig{
+		"Concurrency":   {Concurrency: -1},
+		"Prefetch":      {Prefetch: 101},
+		"PrefetchBelow": {PrefetchBelow: -time.Second},
+		"PollWait":      {PollWait: time.Minute},
+		"RetryMin":      {RetryMin: -time.Second},
+		"RetryMax":      {RetryMin: time.Second, RetryMax: time.Millisecond},
+		"ID":            {ID: strings.Repeat("x", 201)},
+	}
+	c, err := client.New("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, cfg := range bad {
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Validate = %v, want an error naming the field", field, err)
+		}
+		w := client.NewWorker(c, cfg)
+		w.Handle("q", func(context.Context, *client.Job) error { return nil })
+		if runErr := w.Run(context.Background()); runErr == nil || runErr.Error() != err.Error() {
+			t.Errorf("%s: Run = %v, want %v", field, runErr, err)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// poll is the poller: it long-polls for as many tasks as the slot keeper has
+// room for, carrying the acks the keeper left to it, and hands what it claims to
+// the keeper, until ctx ends or the server refuses the poll itself.
+func (r *runner) poll(ctx context.Context) error {
+	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
+	for ctx.Err() == nil {
+		p := r.slots.plan()
+		if p.want <= 0 {
+			r.ackAlone(p.acks)
+			select {
+			case <-r.slots.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		sent := time.Now()
+		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
+			MaxTasks: min(p.want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: p.prefetch, Acks: ackItems(p.acks)})
+		recv := r.clock.Now()
+		r.settlePollAcks(p.acks, res, err)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMethodNotAllowed) {
+				return fmt.Errorf("taskforge worker %s: %w", r.cfg.ID, err)
+			}
+			d := b.next()
+			r.log.Warn("poll failed; retrying", "in", d, "err", err)
+			sleep(ctx, d)
+			continue
+		}
+		b.reset()
+		if len(res.Tasks) > 0 {
+			jobs := make([]*job, len(res.Tasks))
+			for i, t := range res.Tasks {
+				jobs[i] = r.newJob(t, recv, date)
+			}
+			r.held.Add(len(jobs))
+			r.slots.claim(jobs)
+			r.beats.learn(jobs[0].interval)
+		}
+		if len(res.Tasks) == 0 && res.RetryAfter > 0 && time.Since(sent) < r.cfg.PollWait/2 {
+			// A rate limit holds the work back and the server answered early: wait
+			// for the next token rather than ask again at once.
+			sleep(ctx, min(res.RetryAfter, r.cfg.PollWait))
+		}
+	}
+	return nil
+}
+
+// newJob is a claimed task, its lease estimated from the poll's answer received
+// at recv with the Date header date.
+func (r *runner) newJob(t PolledTask, recv, date time.Time) *job {
+	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
+		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken}
+	j.extend(recv, t.LeaseExpiresAt, date)
+	j.report = func(ctx context.Context, progress json.RawMessage) error { return r.reportProgress(ctx, j, progress) }
+	base := r.handlerBase
+	if t.Traceparent != nil {
+		j.Traceparent = *t.Traceparent
+		base = propagation.TraceContext{}.Extract(base, propagation.MapCarrier{"traceparent": *t.Traceparent})
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	j.cancel = cancel
+	j.stopTimeout = func() {}
+	if t.TimeoutSeconds != nil && *t.TimeoutSeconds > 0 {
+		// The server's deadline runs from the claim, so a prefetched task's does too.
+		j.Timeout = time.Duration(*t.TimeoutSeconds) * time.Second
+		ctx, j.stopTimeout = context.WithDeadlineCause(ctx, time.Now().Add(j.Timeout),
+			fmt.Errorf("task timeout of %s exceeded: %w", j.Timeout, context.DeadlineExceeded))
+	}
+	j.ctx = ctx
+	j.interval = time.Duration(t.HeartbeatIntervalMs) * time.Millisecond
+	if j.interval <= 0 {
+		j.interval = cmp.Or(j.leaseLen/3, 10*time.Second)
+	}
+	return j
+}
+
+// settlePollAcks marks the jobs whose acks a poll carried done, or when the poll
+// failed (and so their fate is unknown), acks them the standalone way, with retries.
+func (r *runner) settlePollAcks(jobs []*job, res *PollResult, err error) {
+	if len(jobs) == 0 {
+		return
+	}
+	if err != nil {
+		r.ackAlone(jobs)
+		return
+	}
+	for i, j := range jobs {
+		if e := res.Acks[i].Err; e != nil {
+			r.log.Warn("ack refused: the lease was lost, so another worker may run the task",
+				"task_id", j.ID, "queue", j.Queue, "attempt", j.Attempt, "err", e)
+		}
+		r.slots.done(j)
+	}
+}
+
+// ackItems are the acks of jobs.
+func ackItems(jobs []*job) []AckItem {
+	if len(jobs) == 0 {
+		return nil
+	}
+	items := make([]AckItem, len(jobs))
+	for i, j := range jobs {
+		items[i] = AckItem{TaskID: j.ID, LeaseToken: j.leaseToken, Result: j.result}
+	}
+	return items
+}

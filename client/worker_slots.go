@@ -1,0 +1,255 @@
+package client
+
+import (
+	"slices"
+	"time"
+)
+
+// slots is the slot keeper: one goroutine (run) owns which tasks the worker holds
+// and in what state; the poller, the executors, the reporter, the heartbeater and
+// shutdown send it events and read its answers. Nothing else keeps slot state, so
+// no lock guards it.
+type slots struct {
+	concurrency   int
+	prefetch      int
+	prefetchBelow time.Duration
+	// execute runs a job's handler; the keeper calls it (in a new goroutine) when
+	// it gives the job a slot.
+	execute func(*job)
+	// forget is called once per job the keeper drops, after dropping it.
+	forget func()
+
+	claimed  chan []*job
+	returned chan returnEvent
+	dropped  chan *job
+	plans    chan chan pollPlan
+	holding  chan chan []*job
+	gone     chan chan []*job
+	stopping chan chan []heldJob
+	// freed wakes the poller when a slot frees (capacity 1: a wake-up, not a count).
+	freed chan struct{}
+	quit  <-chan struct{}
+}
+
+// jobState is where a held job stands.
+type jobState int
+
+const (
+	jobWaiting   jobState = iota // prefetched: claimed, its handler not started
+	jobRunning                   // its handler runs
+	jobReporting                 // its handler returned; the report is on its way
+)
+
+// returnEvent tells the keeper a handler returned after running for ran (0 when it
+// did not run); when ackByPoll is set, the keeper may hand the ack to the next
+// poll and answers whether it did.
+type returnEvent struct {
+	job       *job
+	ran       time.Duration
+	ackByPoll bool
+	handed    chan bool
+}
+
+// pollPlan is what the next poll asks for.
+type pollPlan struct {
+	want     int
+	prefetch bool
+	acks     []*job // acks for the poll to carry
+}
+
+// heldJob is a job shutdown takes back.
+type heldJob struct {
+	job       *job
+	unstarted bool
+}
+
+func newSlots(cfg WorkerConfig, execute func(*job), forget func(), quit <-chan struct{}) *slots {
+	return &slots{concurrency: cfg.Concurrency, prefetch: cfg.Prefetch, prefetchBelow: cfg.PrefetchBelow,
+		execute: execute, forget: forget,
+		claimed: make(chan []*job), returned: make(chan returnEvent), dropped: make(chan *job),
+		plans: make(chan chan pollPlan), holding: make(chan chan []*job), gone: make(chan chan []*job),
+		stopping: make(chan chan []heldJob), freed: make(chan struct{}, 1), quit: quit}
+}
+
+// slotState is the keeper's own state; only run touches it.
+type slotState struct {
+	active    map[*job]jobState // tasks held: prefetched, running, or being reported
+	waiting   []*job            // prefetched jobs, in the order claimed
+	running   int               // active jobs whose handler was started and has not returned
+	reporting int               // active jobs whose handler returned (their report is on its way)
+	stopping  bool              // shutdown is handing tasks back: start no more
+	// A handler returning while the poller is idle leaves its ack to the poll its
+	// freed slot sets off (pollAcks), saving a request per task.
+	pollerIdle bool
+	pollerGone bool // the poll loop has ended: acks go alone
+	pollAcks   []*job
+	avgRun     time.Duration // moving average of handler durations; 0 until one returned
+}
+
+// run serves events until quit closes.
+func (s *slots) run() {
+	st := &slotState{active: map[*job]jobState{}}
+	for {
+		select {
+		case jobs := <-s.claimed:
+			for _, j := range jobs {
+				st.active[j] = jobWaiting
+				st.waiting = append(st.waiting, j)
+			}
+			s.startWaiting(st)
+		case ev := <-s.returned:
+			ev.handed <- s.handlerReturned(st, ev)
+			s.startWaiting(st)
+			s.wakePoller()
+		case j := <-s.dropped:
+			s.drop(st, j)
+			s.startWaiting(st)
+			s.wakePoller()
+		case reply := <-s.plans:
+			p := pollPlan{}
+			p.want, p.prefetch = s.pollSize(st)
+			st.pollerIdle = p.want <= 0
+			p.acks, st.pollAcks = st.pollAcks, nil
+			reply <- p
+		case reply := <-s.holding:
+			var jobs []*job
+			for j, state := range st.active {
+				if state != jobReporting {
+					jobs = append(jobs, j)
+				}
+			}
+			reply <- jobs
+		case reply := <-s.gone:
+			st.pollerGone = true
+			acks := st.pollAcks
+			st.pollAcks = nil
+			reply <- acks
+		case reply := <-s.stopping:
+			st.stopping = true
+			held := make([]heldJob, 0, len(st.active))
+			for j, state := range st.active {
+				held = append(held, heldJob{job: j, unstarted: state == jobWaiting})
+			}
+			reply <- held
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// pollSize is how many tasks the next poll asks for: the free slots, or when
+// every slot is taken, the room left for prefetched tasks (prefetch is then true).
+// Tasks whose handler returned but whose ack or nack is still on its way hold no
+// slot, so the next poll overlaps with their report.
+func (s *slots) pollSize(st *slotState) (n int, prefetch bool) {
+	if free := s.concurrency - st.running - len(st.waiting); free > 0 {
+		return free, false
+	}
+	if s.prefetch <= 0 || st.avgRun == 0 || st.avgRun >= s.prefetchBelow {
+		return 0, false
+	}
+	return s.prefetch - len(st.waiting), true
+}
+
+// handlerReturned frees ev.job's slot while its outcome is reported, and folds the
+// handler's duration into the average that decides whether to prefetch. It
+// reports whether the next poll carries the job's ack.
+func (s *slots) handlerReturned(st *slotState, ev returnEvent) (handed bool) {
+	switch {
+	case ev.ran <= 0: // the handler did not run
+	case st.avgRun == 0:
+		st.avgRun = ev.ran
+	default:
+		st.avgRun += (ev.ran - st.avgRun) / 5
+	}
+	if state, ok := st.active[ev.job]; ok && state == jobRunning {
+		st.active[ev.job] = jobReporting
+		st.running--
+		st.reporting++
+		if ev.ackByPoll && st.pollerIdle && !st.pollerGone && len(st.pollAcks) < maxPollTasks {
+			st.pollAcks = append(st.pollAcks, ev.job)
+			handed = true
+		}
+	}
+	return handed
+}
+
+// drop forgets j, releasing its slot.
+func (s *slots) drop(st *slotState, j *job) {
+	state, ok := st.active[j]
+	if !ok {
+		return
+	}
+	switch state {
+	case jobWaiting:
+		st.waiting = slices.DeleteFunc(st.waiting, func(w *job) bool { return w == j })
+	case jobRunning:
+		st.running--
+	case jobReporting:
+		st.reporting--
+	}
+	delete(st.active, j)
+	s.forget()
+}
+
+// startWaiting starts prefetched tasks, in the order claimed, while slots are free.
+func (s *slots) startWaiting(st *slotState) {
+	for len(st.waiting) > 0 && st.running < s.concurrency && !st.stopping {
+		j := st.waiting[0]
+		st.waiting[0] = nil
+		st.waiting = st.waiting[1:]
+		st.active[j] = jobRunning
+		st.running++
+		go s.execute(j)
+	}
+}
+
+func (s *slots) wakePoller() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// claim hands the keeper jobs a poll claimed; each runs as soon as a slot is free.
+func (s *slots) claim(jobs []*job) { s.claimed <- jobs }
+
+// handlerDone tells the keeper j's handler returned (see handlerReturned).
+func (s *slots) handlerDone(j *job, ran time.Duration, ackByPoll bool) (handed bool) {
+	ev := returnEvent{job: j, ran: ran, ackByPoll: ackByPoll, handed: make(chan bool, 1)}
+	s.returned <- ev
+	return <-ev.handed
+}
+
+// done tells the keeper j is reported (or given up): its slot is free.
+func (s *slots) done(j *job) { s.dropped <- j }
+
+// plan asks what the next poll should ask for, and takes the acks it carries.
+func (s *slots) plan() pollPlan {
+	reply := make(chan pollPlan, 1)
+	s.plans <- reply
+	return <-reply
+}
+
+// beating lists the jobs whose leases the heartbeater keeps: those waiting or
+// running.
+func (s *slots) beating() []*job {
+	reply := make(chan []*job, 1)
+	s.holding <- reply
+	return <-reply
+}
+
+// pollerGone tells the keeper the poll loop ended, and takes back the acks left
+// for a poll that will not come.
+func (s *slots) pollerGone() []*job {
+	reply := make(chan []*job, 1)
+	s.gone <- reply
+	return <-reply
+}
+
+// stop tells the keeper to start no more handlers, and lists every job held.
+func (s *slots) stop() []heldJob {
+	reply := make(chan []heldJob, 1)
+	s.stopping <- reply
+	return <-reply
+}
