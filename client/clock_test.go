@@ -1,8 +1,11 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -188,5 +191,87 @@ func TestWorkerConfigValidate(t *testing.T) {
 		if runErr := w.Run(context.Background()); runErr == nil || runErr.Error() != err.Error() {
 			t.Errorf("%s: Run = %v, want %v", field, runErr, err)
 		}
+	}
+}
+
+// TestHeartbeatsAreOneRequestPerInterval: a worker holding five tasks extends all
+// five leases with one request per heartbeat interval (a batch), not five.
+func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
+	t.Parallel()
+	const interval = 10 * time.Second
+	s, _ := setup(t, func(cfg *server.Config) { cfg.LeaseTimeout, cfg.HeartbeatInterval = 30*time.Second, interval })
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var single int
+	var batches []int // leases per batch request
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/workers/heartbeat":
+			mu.Lock()
+			single++
+			mu.Unlock()
+		case "/workers/heartbeat/batch":
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			var req struct {
+				Leases []json.RawMessage `json:"leases"`
+			}
+			_ = json.Unmarshal(body, &req)
+			mu.Lock()
+			batches = append(batches, len(req.Leases))
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	c, err := client.New(front.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	for i := 0; i < 5; i++ {
+		must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: i}))
+	}
+	clock := &fakeClock{now: time.Now()}
+	w := client.NewWorker(c, client.WorkerConfig{ID: "w-batch", Concurrency: 5, PollWait: time.Second,
+		ShutdownGrace: -1, Logger: logger()})
+	client.SetWorkerClock(w, clock.Now, clock.After)
+	var running atomic.Int32
+	release := make(chan struct{})
+	w.Handle("q", func(ctx context.Context, _ *client.Job) error {
+		running.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	start(t, w)
+	t.Cleanup(func() { close(release) })
+	testserver.Eventually(t, 10*time.Second, "five handlers running", func() bool { return running.Load() == 5 })
+
+	for round := 1; round <= 2; round++ {
+		testserver.Eventually(t, 10*time.Second, "the heartbeater waits", func() bool { return clock.Waiting() > 0 })
+		clock.Advance(interval)
+		testserver.Eventually(t, 10*time.Second, "a heartbeat batch", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(batches) == round
+		})
+	}
+	testserver.Eventually(t, 10*time.Second, "the heartbeater waits again", func() bool { return clock.Waiting() > 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if single != 0 || len(batches) != 2 || batches[0] != 5 || batches[1] != 5 {
+		t.Fatalf("two intervals with five tasks held sent %d single heartbeats and batches of %v; want no single and [5 5]", single, batches)
 	}
 }
