@@ -24,6 +24,7 @@ lint: ## gofmt, go vet and staticcheck
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd bench/peers && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -84,3 +85,15 @@ BUFFER_FUZZ := FuzzScore FuzzPopArguments
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
 	@set -e; for t in $(API_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./api/; done; \
 	  for t in $(BUFFER_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./buffer/; done
+
+# River and Asynq on E1, E2, latency and enqueue round trips (bench/peers, a module
+# of its own so that TaskForge never depends on them), against the same local
+# PostgreSQL and Redis; run it beside bench-e2e and compare as ratios.
+PEERS_JSON  ?= bin/peers-results.json
+PEERS_FLAGS ?=
+
+.PHONY: bench-peers
+
+bench-peers: ## River and Asynq on TaskForge's workloads; table on stdout, figures in $(PEERS_JSON)
+	mkdir -p bin
+	cd bench/peers && $(GO) run . --json $(CURDIR)/$(PEERS_JSON) $(PEERS_FLAGS)
