@@ -47,12 +47,12 @@ func TestSmoke(t *testing.T) {
 		RedisURL:    "redis://" + testenv.RedisAddr(t),
 		Runs:        1,
 		Experiments: []string{ExpNoop, ExpLatency, ExpRetry, ExpRecovery},
-		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{2, 1, -1}}},
-		Latency:     LatencyConfig{Rate: 50, Duration: 2 * time.Second, Warmup: -1, Layout: Layout{2, 1, 0}},
-		E5:          RetryConfig{DrainConfig: DrainConfig{Tasks: 40, Warmup: -1, Layouts: []Layout{{2, 1, 0}}}},
+		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{Procs: 2, Concurrency: 1, Prefetch: -1}}},
+		Latency:     LatencyConfig{Rate: 50, Duration: 2 * time.Second, Warmup: -1, Layout: Layout{Procs: 2, Concurrency: 1, Prefetch: 0}},
+		E5:          RetryConfig{DrainConfig: DrainConfig{Tasks: 40, Warmup: -1, Layouts: []Layout{{Procs: 2, Concurrency: 1, Prefetch: 0}}}},
 		E6: RecoveryConfig{Variants: []LeaseVariant{{Name: "short", LeaseTimeout: time.Second,
 			HeartbeatInterval: 250 * time.Millisecond, WatchdogInterval: 500 * time.Millisecond}},
-			Victims: Layout{1, 2, 0}, Survivors: Layout{1, 2, 0}},
+			Victims: Layout{Procs: 1, Concurrency: 2, Prefetch: 0}, Survivors: Layout{Procs: 1, Concurrency: 2, Prefetch: 0}},
 		WorkDir: t.TempDir(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -81,7 +81,7 @@ func TestSmoke(t *testing.T) {
 	if back.SchemaVersion != SchemaVersion || back.Machine.Cores < 1 || back.Machine.Postgres == "" || back.Machine.Redis == "" {
 		t.Errorf("machine description incomplete: %+v", back.Machine)
 	}
-	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{2, 1, -1}) {
+	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{Procs: 2, Concurrency: 1, Prefetch: -1}) {
 		t.Errorf("layouts do not round-trip: %v", got)
 	}
 
@@ -320,8 +320,10 @@ func checkNothingLeft(t *testing.T, bin string, cfg Config, r Report) {
 }
 
 func TestParseLayout(t *testing.T) {
-	for in, want := range map[string]Layout{"16x1": {16, 1, 0}, " 1x16 ": {1, 16, 0}, "4x100": {4, 100, 0},
-		"16x1+0": {16, 1, -1}, "2x4+3": {2, 4, 3}} {
+	for in, want := range map[string]Layout{"16x1": {Procs: 16, Concurrency: 1}, " 1x16 ": {Procs: 1, Concurrency: 16},
+		"4x100": {Procs: 4, Concurrency: 100}, "16x1+0": {Procs: 16, Concurrency: 1, Prefetch: -1},
+		"2x4+3": {Procs: 2, Concurrency: 4, Prefetch: 3}, "16x1/plain": {Procs: 16, Concurrency: 1, Protocol: "plain"},
+		"4x50/batched": {Procs: 4, Concurrency: 50, Protocol: "batched"}} {
 		got, err := ParseLayout(in)
 		if err != nil || got != want {
 			t.Errorf("ParseLayout(%q) = %v, %v; want %v", in, got, err, want)
@@ -330,16 +332,17 @@ func TestParseLayout(t *testing.T) {
 			t.Errorf("ParseLayout(%q.String()) = %v, %v; want %v", got, back, err, got)
 		}
 	}
-	for _, in := range []string{"", "16", "x1", "0x1", "1x0", "-1x2", "1x101", "axb", "1x2x3", "1x1+", "1x1+-1", "1x1+101", "1x1+a", "+1"} {
+	for _, in := range []string{"", "16", "x1", "0x1", "1x0", "-1x2", "1x101", "axb", "1x2x3", "1x1+", "1x1+-1", "1x1+101", "1x1+a", "+1",
+		"1x1/", "1x1/sdk", "1x1+0/plain", "/plain"} {
 		if _, err := ParseLayout(in); err == nil {
 			t.Errorf("ParseLayout(%q) accepted", in)
 		}
 	}
 	got, err := ParseLayouts("1x1, 4x1,,16x1")
-	if err != nil || len(got) != 3 || got[2] != (Layout{16, 1, 0}) {
+	if err != nil || len(got) != 3 || got[2] != (Layout{Procs: 16, Concurrency: 1, Prefetch: 0}) {
 		t.Errorf("ParseLayouts = %v, %v", got, err)
 	}
-	b, err := json.Marshal(Layout{4, 16, 0})
+	b, err := json.Marshal(Layout{Procs: 4, Concurrency: 16, Prefetch: 0})
 	if err != nil || string(b) != `"4x16"` {
 		t.Errorf("Layout JSON = %s, %v", b, err)
 	}
@@ -435,7 +438,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := good
 	bad.Experiments = []string{"e9"}
-	bad.E6.Survivors = Layout{1, 1, 0}
+	bad.E6.Survivors = Layout{Procs: 1, Concurrency: 1, Prefetch: 0}
 	bad.Scale.Rows = []int{0}
 	err := bad.Validate()
 	if err == nil || !strings.Contains(err.Error(), "e9") || !strings.Contains(err.Error(), "survivors") ||

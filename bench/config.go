@@ -44,6 +44,11 @@ type Layout struct {
 	// Prefetch is the worker's --prefetch: 0 leaves the worker's default (1), a
 	// negative value turns prefetching off, a positive one sets it.
 	Prefetch int
+	// Protocol is the worker's --protocol: "" (the SDK's runtime), "plain" (each
+	// slot polls one task and acks it alone) or "batched" (each process polls up
+	// to Concurrency tasks and acks them in one batch): workers written from the
+	// API reference, without the SDK's prefetch and acks on polls.
+	Protocol string
 }
 
 // Workers is the number of tasks the layout runs at once.
@@ -56,18 +61,28 @@ func (l Layout) String() string {
 	if l.Prefetch != 0 {
 		s += fmt.Sprintf("+%d", max(l.Prefetch, 0))
 	}
+	if l.Protocol != "" {
+		s += "/" + l.Protocol
+	}
 	return s
 }
 
 // slug is String fit for queue names, worker ids and file names: "16x1p0".
-func (l Layout) slug() string { return strings.ReplaceAll(l.String(), "+", "p") }
+func (l Layout) slug() string {
+	return strings.NewReplacer("+", "p", "/", "-").Replace(l.String())
+}
 
-// workerArgs are the reference worker's flags for the layout's prefetch.
+// workerArgs are the reference worker's flags for the layout's prefetch and
+// protocol.
 func (l Layout) workerArgs() []string {
-	if l.Prefetch == 0 {
-		return nil
+	var args []string
+	if l.Prefetch != 0 {
+		args = append(args, "--prefetch", strconv.Itoa(max(l.Prefetch, 0)))
 	}
-	return []string{"--prefetch", strconv.Itoa(max(l.Prefetch, 0))}
+	if l.Protocol != "" {
+		args = append(args, "--protocol", l.Protocol)
+	}
+	return args
 }
 
 // MarshalText writes the layout as String does, so JSON shows "16x1".
@@ -83,11 +98,19 @@ func (l *Layout) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// ParseLayout reads "<procs>x<concurrency>[+<prefetch>]", e.g. "16x1" (sixteen
-// processes running one task each, with the worker's default prefetch), "1x16"
-// (one process running sixteen) or "16x1+0" (sixteen, none prefetching).
+// ParseLayout reads "<procs>x<concurrency>[+<prefetch>][/<protocol>]", e.g.
+// "16x1" (sixteen processes running one task each, with the worker's default
+// prefetch), "1x16" (one process running sixteen), "16x1+0" (sixteen, none
+// prefetching) or "16x1/plain" (sixteen plain protocol loops, see Layout).
 func ParseLayout(s string) (Layout, error) {
 	s = strings.TrimSpace(s)
+	protocol := ""
+	if base, proto, ok := strings.Cut(s, "/"); ok {
+		if proto != "plain" && proto != "batched" {
+			return Layout{}, fmt.Errorf("layout %q: the protocol after / must be plain or batched", s)
+		}
+		s, protocol = base, proto
+	}
 	prefetch := 0
 	if base, pf, ok := strings.Cut(s, "+"); ok {
 		n, err := strconv.Atoi(pf)
@@ -111,7 +134,10 @@ func ParseLayout(s string) (Layout, error) {
 	if conc > 100 {
 		return Layout{}, fmt.Errorf("layout %q: concurrency above 100 cannot be polled for at once", s)
 	}
-	return Layout{Procs: procs, Concurrency: conc, Prefetch: prefetch}, nil
+	if protocol != "" && prefetch != 0 {
+		return Layout{}, fmt.Errorf("layout %q: a %s worker does not prefetch", s, protocol)
+	}
+	return Layout{Procs: procs, Concurrency: conc, Prefetch: prefetch, Protocol: protocol}, nil
 }
 
 // ParseLayouts reads a comma-separated list of layouts.
@@ -276,29 +302,29 @@ func (c Config) WithDefaults() Config {
 	c.E1.Tasks = cmp.Or(c.E1.Tasks, 5000)
 	c.E1.Warmup = cmp.Or(c.E1.Warmup, 500)
 	if len(c.E1.Layouts) == 0 {
-		c.E1.Layouts = []Layout{{1, 1, 0}, {4, 1, 0}, {8, 1, 0}, {16, 1, 0}, {1, 16, 0}, {4, 16, 0}}
+		c.E1.Layouts = []Layout{{Procs: 1, Concurrency: 1, Prefetch: 0}, {Procs: 4, Concurrency: 1, Prefetch: 0}, {Procs: 8, Concurrency: 1, Prefetch: 0}, {Procs: 16, Concurrency: 1, Prefetch: 0}, {Procs: 1, Concurrency: 16, Prefetch: 0}, {Procs: 4, Concurrency: 16, Prefetch: 0}}
 	}
 	c.E2.Tasks = cmp.Or(c.E2.Tasks, 1000)
 	c.E2.Warmup = cmp.Or(c.E2.Warmup, 50)
 	if len(c.E2.Layouts) == 0 {
-		c.E2.Layouts = []Layout{{1, 1, 0}, {4, 1, 0}, {8, 1, 0}, {16, 1, 0}, {16, 1, -1}}
+		c.E2.Layouts = []Layout{{Procs: 1, Concurrency: 1, Prefetch: 0}, {Procs: 4, Concurrency: 1, Prefetch: 0}, {Procs: 8, Concurrency: 1, Prefetch: 0}, {Procs: 16, Concurrency: 1, Prefetch: 0}, {Procs: 16, Concurrency: 1, Prefetch: -1}}
 	}
 	c.SleepMs = cmp.Or(c.SleepMs, 50)
 	c.Latency.Rate = cmp.Or(c.Latency.Rate, 100)
 	c.Latency.Duration = cmp.Or(c.Latency.Duration, 10*time.Second)
 	c.Latency.Warmup = cmp.Or(c.Latency.Warmup, time.Second)
-	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{4, 1, 0})
+	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{Procs: 4, Concurrency: 1, Prefetch: 0})
 	c.E5.Tasks = cmp.Or(c.E5.Tasks, 1000)
 	c.E5.Warmup = cmp.Or(c.E5.Warmup, 50)
 	if len(c.E5.Layouts) == 0 {
-		c.E5.Layouts = []Layout{{8, 1, 0}}
+		c.E5.Layouts = []Layout{{Procs: 8, Concurrency: 1, Prefetch: 0}}
 	}
 	c.E5.BackoffBase = cmp.Or(c.E5.BackoffBase, 10*time.Millisecond)
 	if len(c.E6.Variants) == 0 {
 		c.E6.Variants = slices.Clone(DefaultLeaseVariants)
 	}
-	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{4, 4, 0})
-	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{4, 8, 0})
+	c.E6.Victims = cmp.Or(c.E6.Victims, Layout{Procs: 4, Concurrency: 4, Prefetch: 0})
+	c.E6.Survivors = cmp.Or(c.E6.Survivors, Layout{Procs: 4, Concurrency: 8, Prefetch: 0})
 	if c.Scale.Queues == nil { // empty but not nil: skip the curve
 		c.Scale.Queues = []int{1, 1000, 10000}
 	}

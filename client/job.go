@@ -73,6 +73,10 @@ func (j *Job) SetResult(v any) error {
 	return nil
 }
 
+// Result is the result SetResult recorded (nil when none): what an ack of the
+// task carries.
+func (j *Job) Result() json.RawMessage { return j.result }
+
 // Progress reports v, encoded as JSON (a json.RawMessage as it is; nil clears it),
 // as the attempt's progress at once: a heartbeat that also extends the lease. The
 // task shows it (GET, the dashboard) until the next report, and after the attempt

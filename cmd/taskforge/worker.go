@@ -100,6 +100,7 @@ func workerCommand() *cobra.Command {
 		cfg      client.WorkerConfig
 		logLevel string
 		runFor   time.Duration
+		protocol string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker --queue NAME=HANDLER...",
@@ -154,24 +155,48 @@ their retry budget, and exits 0.`,
 				}
 				bindings = append(bindings, binding{name, h})
 			}
+			if protocol != protocolSDK && protocol != protocolPlain && protocol != protocolBatched {
+				return usagef("--protocol %q: want sdk, plain or batched", protocol)
+			}
 			c, err := client.New(server, client.WithToken(token))
 			if err != nil {
 				return usageError(err)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			cfg.Logger = log
-			w := client.NewWorker(c, cfg)
-			for _, b := range bindings {
-				w.Handle(b.queue, b.h)
+			if err := cfg.Validate(); err != nil {
+				return usageError(err)
 			}
-			log.Info("worker started", "worker_id", w.ID(), "server", c.URL(), "queues", queues,
-				"concurrency", cfg.Concurrency, "prefetch", max(cfg.Prefetch, 0), "grace", cfg.ShutdownGrace)
 			ctx := cmd.Context()
 			if runFor > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, runFor)
 				defer cancel()
 			}
+			if protocol != protocolSDK {
+				pw := &plainWorker{c: c, id: cfg.ID, concurrency: cfg.Concurrency, pollWait: cfg.PollWait,
+					batched: protocol == protocolBatched, handlers: map[string]client.HandlerFunc{}, log: log}
+				if pw.id == "" {
+					pw.id = client.NewWorker(c, cfg).ID()
+				}
+				for _, b := range bindings {
+					pw.queues = append(pw.queues, b.queue)
+					pw.handlers[b.queue] = b.h
+				}
+				log.Info("worker started", "worker_id", pw.id, "server", c.URL(), "queues", queues,
+					"concurrency", cfg.Concurrency, "protocol", protocol)
+				if err := pw.run(ctx); err != nil {
+					return withExitCode(err)
+				}
+				log.Info("worker stopped", "worker_id", pw.id)
+				return nil
+			}
+			w := client.NewWorker(c, cfg)
+			for _, b := range bindings {
+				w.Handle(b.queue, b.h)
+			}
+			log.Info("worker started", "worker_id", w.ID(), "server", c.URL(), "queues", queues,
+				"concurrency", cfg.Concurrency, "prefetch", max(cfg.Prefetch, 0), "grace", cfg.ShutdownGrace)
 			if err := w.Run(ctx); err != nil {
 				return withExitCode(err)
 			}
@@ -191,6 +216,7 @@ their retry budget, and exits 0.`,
 	fs.DurationVar(&cfg.PollWait, "poll-wait", 10*time.Second, "long-poll wait (at most 30s)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.DurationVar(&runFor, "run-for", 0, "stop gracefully after this long (0: until signalled)")
+	fs.StringVar(&protocol, "protocol", protocolSDK, "sdk (the Go SDK's runtime), plain (each of --concurrency loops polls one task and acks it alone) or batched (one loop polls up to --concurrency tasks and acks them in one batch); plain and batched do not heartbeat, prefetch or ride acks on polls")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	return cmd
 }

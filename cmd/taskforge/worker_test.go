@@ -270,3 +270,62 @@ func (s *syncBuffer) String() string {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestWorkerCommandProtocols: `taskforge worker --protocol plain|batched` runs
+// the built-in handlers over the bare protocol: every task done in one attempt
+// by the named worker (with echo's result), failures nacked and retried, and a
+// stop ends the command with 0.
+func TestWorkerCommandProtocols(t *testing.T) {
+	t.Parallel()
+	for _, protocol := range []string{"plain", "batched"} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			e := newCLIEnv(t)
+			e.s.CreateQueue("q", nil)
+			e.s.CreateQueue("e", nil)
+			e.s.CreateQueue("f", nil)
+			var ids []string
+			for i := 0; i < 30; i++ {
+				ids = append(ids, e.s.Enqueue("q", map[string]any{"payload": i}).ID)
+			}
+			echo := e.s.Enqueue("e", map[string]any{"payload": map[string]any{"x": 1}})
+			fail := e.s.Enqueue("f", map[string]any{"payload": map[string]any{"fail_times": 1}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
+			root.AddCommand(workerCommand())
+			var logs syncBuffer
+			root.SetErr(&logs)
+			root.SetArgs([]string{"worker", "--server", e.s.URL, "--worker-id", "w-" + protocol, "--concurrency", "8",
+				"--protocol", protocol, "--poll-wait", "1s", "--queue", "q=noop", "--queue", "e=echo", "--queue", "f=fail"})
+			done := make(chan error, 1)
+			go func() { done <- root.ExecuteContext(ctx) }()
+			for _, id := range ids {
+				if got := waitDone(t, e.s, id); got.Attempts != 1 || got.AttemptHistory[0].WorkerID != "w-"+protocol {
+					t.Fatalf("task %s: %d attempts %+v", id, got.Attempts, got.AttemptHistory)
+				}
+			}
+			var got testserver.Task
+			testserver.Eventually(t, 15*time.Second, "echo done", func() bool { got = e.s.Task("e", echo.ID); return got.Status == client.StatusDone })
+			if !jsonEqual(got.Result, echo.Payload) {
+				t.Errorf("echo result %s, want %s", got.Result, echo.Payload)
+			}
+			testserver.Eventually(t, 15*time.Second, "fail done on its second attempt", func() bool {
+				got = e.s.Task("f", fail.ID)
+				return got.Status == client.StatusDone
+			})
+			if got.Attempts != 2 || got.AttemptHistory[0].Status != "failed" {
+				t.Errorf("fail: %d attempts %+v", got.Attempts, got.AttemptHistory)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("worker: %v\n%s", err, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("worker did not stop")
+			}
+		})
+	}
+}
