@@ -123,7 +123,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice (e6's kill moments)")
 	fs.IntVar(&cfg.E1.Tasks, "e1-tasks", 5000, "e1: tasks per step")
 	fs.IntVar(&cfg.E1.Warmup, "e1-warmup", 500, "e1: excluded warm-up tasks per step (-1: none)")
-	fs.StringVar(&e1Layouts, "e1-layouts", "1x1,4x1,8x1,16x1,1x16,4x16", "e1: worker layouts PROCSxCONCURRENCY[+PREFETCH]")
+	fs.StringVar(&e1Layouts, "e1-layouts", "1x1,4x1,8x1,16x1,1x16,4x16", "e1: worker layouts PROCSxCONCURRENCY[+PREFETCH][/plain|/batched]")
 	fs.IntVar(&cfg.E2.Tasks, "e2-tasks", 1000, "e2: tasks per step")
 	fs.IntVar(&cfg.E2.Warmup, "e2-warmup", 50, "e2: excluded warm-up tasks per step (-1: none)")
 	fs.StringVar(&e2Layouts, "e2-layouts", "1x1,4x1,8x1,16x1,16x1+0", "e2: worker layouts")
