@@ -7,6 +7,7 @@ declare var process: {
   readonly pid: number;
   readonly env: Record<string, string | undefined>;
   readonly argv: string[];
+  readonly execPath: string;
   readonly platform: string;
   exitCode: number | undefined;
   readonly stdout: { write(chunk: string): boolean };
@@ -79,6 +80,7 @@ declare module "node:child_process" {
 
 declare module "node:fs" {
   export function mkdtempSync(prefix: string): string;
+  export function readdirSync(path: string): string[];
   export function rmSync(path: string, options?: { recursive?: boolean; force?: boolean }): void;
 }
 
