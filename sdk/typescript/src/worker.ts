@@ -433,7 +433,7 @@ class Run {
       const j = this.#waiting.shift()!;
       j.state = "running";
       this.#running++;
-      void this.#execute(j);
+      this.#execute(j).catch((e) => this.#o.logger.error("worker bug: a task's run failed", { task_id: j.id, err: messageOf(e) }));
     }
   }
 
@@ -566,6 +566,8 @@ class Run {
     void (async () => {
       try {
         while (this.#ackQueue.length > 0) await this.#ackBatch(this.#ackQueue.splice(0, MAX_POLL_TASKS));
+      } catch (e) {
+        this.#o.logger.error("worker bug: acks failed", { err: messageOf(e) });
       } finally {
         this.#ackSending = false;
       }
@@ -660,7 +662,9 @@ class Run {
   /** Extends j's lease every interval until its heartbeats stop, aborting the handler when the task is cancelled or the lease lost. */
   #scheduleHeartbeat(j: Held, interval: number): void {
     if (j.hbStopped) return;
-    j.hbTimer = setTimeout(() => void this.#heartbeat(j, interval), interval);
+    j.hbTimer = setTimeout(() => {
+      this.#heartbeat(j, interval).catch((e) => this.#warnJob(j, "worker bug: a heartbeat failed", { err: messageOf(e) }));
+    }, interval);
   }
 
   async #heartbeat(j: Held, interval: number): Promise<void> {
