@@ -81,6 +81,7 @@ declare module "node:child_process" {
 declare module "node:fs" {
   export function mkdtempSync(prefix: string): string;
   export function readdirSync(path: string): string[];
+  export function readFileSync(path: string, encoding: "utf8"): string;
   export function rmSync(path: string, options?: { recursive?: boolean; force?: boolean }): void;
 }
 
