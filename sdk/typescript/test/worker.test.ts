@@ -6,6 +6,7 @@ import {
   Client,
   PermanentError,
   TaskCancelledError,
+  TaskTimeoutError,
   Worker,
   WorkerStoppingError,
   retryAfter,
@@ -186,6 +187,30 @@ test("heartbeats keep a task's lease past its length; progress shows on the task
   assert.equal(end!.attempt_history!.length, 1);
   assert.equal(a!.status, "succeeded");
   assert.ok(Date.parse(a!.finished_at!) - Date.parse(a!.started_at) > lease, "the attempt outlived one lease");
+});
+
+test("a task's timeout_seconds aborts job.signal with a TaskTimeoutError", async () => {
+  const q = await freshQueue("timeout", { max_retries: 0 });
+  const t = await client.enqueue(q, { payload: null, timeout_seconds: 1 });
+  let reason: unknown;
+  let aborted!: () => void;
+  const gotAbort = new Promise<void>((r) => (aborted = r));
+  const began = Date.now();
+  let after = 0;
+  const w = worker().handle(q, async (job) => {
+    await new Promise((r) => job.signal.addEventListener("abort", r, { once: true }));
+    reason = job.signal.reason;
+    after = Date.now() - began;
+    aborted();
+    throw reason;
+  });
+  const r = start(w);
+  await gotAbort;
+  await r.stop();
+  assert.ok(reason instanceof TaskTimeoutError, String(reason));
+  assert.ok(after >= 900 && after < 5_000, `aborted after ${after} ms`);
+  const end = await client.waitTask(q, t.id, { timeoutMs: 10_000 });
+  assert.equal(end.status, "dead");
 });
 
 test("run rejects a poll the server refuses as invalid, and a worker without handlers", async () => {
