@@ -274,6 +274,8 @@ class Run {
   #stopping = false;
   /** A handler returning while the poller is idle leaves its ack to the poll its freed slot sets off. */
   #pollerIdle = false;
+  /** A poll carrying acks is out: it answers without waiting, so the next poll follows at once. */
+  #ackPollOut = false;
   #pollerGone = false;
   #pollAcks: Held[] = [];
   /** Moving average of handler durations (ms); 0 until one returned. */
@@ -304,6 +306,7 @@ class Run {
         continue;
       }
       const sent = Date.now();
+      this.#ackPollOut = acks.length > 0;
       const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
       let res: PollResult | undefined;
       let date: number | undefined;
@@ -319,6 +322,7 @@ class Run {
         err = e;
       } finally {
         t.dispose();
+        this.#ackPollOut = false;
       }
       const recv = Date.now();
       this.#settlePollAcks(acks, res);
@@ -330,6 +334,7 @@ class Run {
         }
         const d = b.next();
         this.#o.logger.warn("poll failed; retrying", { in_ms: Math.round(d), err: messageOf(err) });
+        this.#flushPollAcks();
         await sleep(d, stop);
         continue;
       }
@@ -339,13 +344,12 @@ class Run {
       if ((res.tasks?.length ?? 0) === 0 && retryAfterMs > 0 && Date.now() - sent < this.#o.pollWaitMs / 2) {
         // A rate limit holds the work back and the server answered early: wait for
         // the next token rather than ask again at once.
+        this.#flushPollAcks();
         await sleep(Math.min(retryAfterMs, this.#o.pollWaitMs), stop);
       }
     }
     this.#pollerGone = true;
-    const left = this.#pollAcks;
-    this.#pollAcks = [];
-    this.#ackAlone(left);
+    this.#flushPollAcks();
     await this.#shutdown();
     if (fatal !== undefined) throw fatal;
   }
@@ -406,6 +410,13 @@ class Run {
       if (e) this.#warnJob(j, "ack refused: the lease was lost, so another worker may run the task", { err: `${e.code}: ${e.message}` });
       this.#done(j);
     });
+  }
+
+  /** Sends the acks left to the next poll alone: no poll follows at once. */
+  #flushPollAcks(): void {
+    const left = this.#pollAcks;
+    this.#pollAcks = [];
+    this.#ackAlone(left);
   }
 
   #ackAlone(jobs: Held[]): void {
@@ -501,8 +512,9 @@ class Run {
    * Frees j's slot while its outcome is reported, starts the next prefetched task
    * in it, and folds the handler's duration into the average that decides whether
    * to prefetch (ran is 0 when the handler did not run). When ackByPoll is set and
-   * the poller is idle, the poll the freed slot sets off carries j's ack: returns
-   * true, and the poller marks j done.
+   * the poller is idle, the poll the freed slot sets off carries j's ack; so does the
+   * next poll when the one out carries acks (it answers without waiting, and the next
+   * follows at once). Then it returns true, and the poller marks j done.
    */
   #handlerReturned(j: Held, ran: number, ackByPoll: boolean): boolean {
     if (ran > 0) this.#avgRun = this.#avgRun === 0 ? ran : this.#avgRun + (ran - this.#avgRun) / 5;
@@ -510,7 +522,7 @@ class Run {
     if (this.#active.has(j) && j.state === "running") {
       j.state = "reporting";
       this.#running--;
-      if (ackByPoll && this.#pollerIdle && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
+      if (ackByPoll && (this.#pollerIdle || this.#ackPollOut) && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
         this.#pollAcks.push(j);
         handed = true;
       }
