@@ -214,6 +214,19 @@ test("a task's timeout_seconds aborts job.signal with a TaskTimeoutError", async
   assert.notEqual((await client.getTask(q, t.id)).status, "done");
 });
 
+test("an unreachable server: polls back off and retry, and a stop still ends run at once", async () => {
+  const log = logger();
+  const w = new Worker(new Client("http://127.0.0.1:9"), { retryMinMs: 20, retryMaxMs: 100, logger: log }).handle("q", () => undefined);
+  const ac = new AbortController();
+  const running = w.run(ac.signal);
+  await eventually("a few polls failed", 5_000, () => log.lines.filter((l) => l.includes("poll failed; retrying")).length >= 3);
+  const t0 = Date.now();
+  ac.abort();
+  await running;
+  assert.ok(Date.now() - t0 < 500, "run returned at once");
+  assert.match(log.lines[0]!, /unavailable: server unreachable/);
+});
+
 test("run rejects a poll the server refuses as invalid, and a worker without handlers", async () => {
   await assert.rejects(worker().run(new AbortController().signal), /no handlers/);
   const w = worker().handle("not a valid name!", () => undefined);
