@@ -2,7 +2,8 @@
 // run, checked from PostgreSQL by the same Go test.
 //
 // Environment: TASKFORGE_URL (the server) and TASKFORGE_QUEUE (an existing queue;
-// the server's lease is short, 2 s). Prints one JSON line
+// the server's lease is short, 2 s); TASKFORGE_TOKEN too when the server has API
+// tokens. Prints one JSON line
 // {"ack":id,"nack":id,"fail":id,"replay":id,"hold":id} on stdout and exits 0.
 //
 //   a. enqueue "ack", "nack" (max_retries 3) and "fail" (max_retries 3);
@@ -36,7 +37,7 @@ async function waitFor(c: Client, id: string, want: Task["status"], timeoutMs = 
   return t;
 }
 
-const c = new Client(url);
+const c = new Client(url, { token: process.env["TASKFORGE_TOKEN"] });
 const sleepAbortable = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve, reject) => {
     const timer = setTimeout(resolve, ms);

@@ -3,7 +3,7 @@
 import { Client, Worker, type Logger, type WorkerOptions } from "../src/index.js";
 
 export const url = process.env["TASKFORGE_URL"] ?? "http://127.0.0.1:8080";
-export const client = new Client(url);
+export const client = new Client(url, { token: process.env["TASKFORGE_TOKEN"] });
 
 let n = 0;
 /** A new queue with a name no other test uses. */
