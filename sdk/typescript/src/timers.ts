@@ -1,7 +1,8 @@
 /**
- * Small helpers around timers and AbortSignals that the worker runtime needs on
- * every request, kept free of leaks: each derived signal is cleaned up (its timer
- * cleared, its listener on the parent removed) when the call ends.
+ * The worker runtime's timing: signals with a deadline for every request, kept free
+ * of leaks (each derived signal is cleaned up, its timer cleared and its listener on
+ * the parent removed, when the call ends), the outage backoff, and the heartbeat
+ * interval.
  */
 
 /** A signal that aborts when parent does, or after ms with a TimeoutError; call dispose when done. */
@@ -60,4 +61,18 @@ export class Backoff {
   reset(): void {
     this.#cur = 0;
   }
+}
+
+/** The heartbeat interval when neither the server nor the lease says one, in ms. */
+const DEFAULT_HEARTBEAT_MS = 10_000;
+
+/**
+ * The heartbeat interval of a task: the one the server advertises, and at most a
+ * third of the lease as estimated from lease_expires_at (the estimate errs long by
+ * under a second, so a third still beats well inside the lease).
+ */
+export function heartbeatInterval(advertisedMs: number, leaseLenMs: number): number {
+  let d = advertisedMs > 0 ? advertisedMs : Infinity;
+  if (leaseLenMs > 0) d = Math.min(d, leaseLenMs / 3);
+  return Math.max(Number.isFinite(d) ? d : DEFAULT_HEARTBEAT_MS, 50);
 }

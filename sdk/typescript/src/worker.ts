@@ -12,7 +12,7 @@ import {
   isErrorCode,
   messageOf,
 } from "./errors.js";
-import { Backoff, isTimeout, sleep, withTimeout } from "./timers.js";
+import { Backoff, heartbeatInterval, isTimeout, sleep, withTimeout } from "./timers.js";
 import type { AckItem, PollResult, PolledTask } from "./types.js";
 
 /**
@@ -72,8 +72,6 @@ const MAX_ERROR_BYTES = 60 << 10;
 const MAX_POLL_ACK_RESULT = 16 << 10;
 /** Each report (ack, nack, release) try is bounded by this, in ms. */
 const REPORT_TIMEOUT_MS = 10_000;
-/** The default heartbeat interval when neither the server nor the lease says one, in ms. */
-const DEFAULT_HEARTBEAT_MS = 10_000;
 
 /**
  * A task as its handler receives it. `payload` is the parsed JSON payload.
@@ -781,17 +779,6 @@ class Run {
   #errorJob(j: Held, msg: string, fields: Record<string, unknown>): void {
     this.#o.logger.error(msg, { task_id: j.id, queue: j.task.queue, attempt: j.task.attempt, ...fields });
   }
-}
-
-/**
- * The heartbeat interval of a task: the one the server advertises, and at most a
- * third of the lease as estimated from lease_expires_at (the estimate errs long by
- * under a second, so a third still beats well inside the lease).
- */
-function heartbeatInterval(advertisedMs: number, leaseLenMs: number): number {
-  let d = advertisedMs > 0 ? advertisedMs : Infinity;
-  if (leaseLenMs > 0) d = Math.min(d, leaseLenMs / 3);
-  return Math.max(Number.isFinite(d) ? d : DEFAULT_HEARTBEAT_MS, 50);
 }
 
 function ackItems(jobs: Held[]): AckItem[] {
