@@ -1,16 +1,17 @@
-// E2 for the TypeScript worker beside the Go SDK's (`taskforge worker`), in one run:
-// 1,000 tasks that sleep 50 ms are enqueued into a fresh queue, then worker
-// processes drain them: layout PxC is P processes with concurrency C each (1x16:
-// one process running 16 at once; 16x1: sixteen running one each). Throughput
-// counts the tasks finished after the first 50 (warm-up), by their finished_at
-// (database clock), as docs/benchmarks.md does; efficiency = throughput /
-// (P × C × 1000 / sleep). Worker CPU is the workers' user + system time.
+// E2 for the TypeScript worker beside the Go SDK's (`taskforge worker`), in one run,
+// the way `taskforge bench` runs it (docs/benchmarks.md): start the layout's worker
+// processes and wait until each has polled; drain 50 warm-up tasks through them;
+// pause the queue, enqueue 1,000 tasks that sleep 50 ms, resume it, and wait until
+// all are done. Throughput = tasks / (last finished_at − the resume), database
+// clock; efficiency = throughput / (P × C × 1000 / sleep); worker CPU is the
+// workers' user + system time from the resume to the end. Layout PxC is P
+// processes with concurrency C each (1x16: one process running 16 at once; 16x1:
+// sixteen running one each), +F sets the prefetch.
 //
 //   TASKFORGE_URL=… TASKFORGE_BIN=path/to/taskforge node dist/bench/e2.js [runs] [layout…]
 //
-// COUNT=1 makes each TypeScript worker print the requests it made, by path.
-//
-// Runs alternate Go and TypeScript, layout by layout, so that both see the same load.
+// COUNT=1 makes each TypeScript worker print the requests it made, by path. Runs
+// alternate Go and TypeScript, layout by layout, so that both see the same load.
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -35,30 +36,28 @@ function cpuSeconds(pid: number): number {
   return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (100 Hz)
 }
 
-async function drained(q: string): Promise<Task[]> {
-  for (;;) {
-    const st = await c.stats(q);
-    if (st.depth.done >= N) break;
-    await new Promise((r) => setTimeout(r, 250));
+async function until(what: string, cond: () => Promise<boolean>): Promise<void> {
+  const end = Date.now() + 120_000;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`${what}: not within 120 s`);
+    await new Promise((r) => setTimeout(r, 100));
   }
-  const all: Task[] = [];
-  for await (const t of c.allTasks(q, { status: "done", limit: 500 })) all.push(t);
-  return all;
 }
 
-function throughput(tasks: Task[]): number {
-  const ends = tasks.map((t) => Date.parse(t.finished_at!)).sort((a, b) => a - b);
-  return (ends.length - 1 - WARMUP) / ((ends[ends.length - 1]! - ends[WARMUP]!) / 1000);
+async function enqueue(q: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i += 1000) {
+    await c.enqueueBatch(q, Array.from({ length: Math.min(1000, n - i) }, () => ({ payload: { ms: SLEEP } })));
+  }
 }
 
-function startWorker(kind: "go" | "ts", q: string, conc: number, prefetch: string | undefined): ChildProcess {
+function startWorker(kind: "go" | "ts", q: string, id: string, conc: number, prefetch: string | undefined): ChildProcess {
   if (kind === "go") {
-    return spawn(bin, ["worker", "--server", url, "--queue", `${q}=sleep`, "--concurrency", String(conc), "--log-level", "warn",
-      ...(prefetch !== undefined ? ["--prefetch", prefetch] : [])], { stdio: ["ignore", "ignore", "inherit"] });
+    return spawn(bin, ["worker", "--server", url, "--queue", `${q}=sleep`, "--concurrency", String(conc), "--worker-id", id,
+      "--log-level", "warn", ...(prefetch !== undefined ? ["--prefetch", prefetch] : [])], { stdio: ["ignore", "ignore", "inherit"] });
   }
   return spawn(process.execPath, [tsWorker], {
     stdio: ["ignore", "ignore", "inherit"],
-    env: { ...process.env, TASKFORGE_URL: url, QUEUE: q, CONCURRENCY: String(conc), ...(prefetch !== undefined ? { PREFETCH: prefetch } : {}) },
+    env: { ...process.env, TASKFORGE_URL: url, QUEUE: q, CONCURRENCY: String(conc), WORKER_ID: id, ...(prefetch !== undefined ? { PREFETCH: prefetch } : {}) },
   });
 }
 
@@ -69,19 +68,32 @@ async function step(kind: "go" | "ts", layout: string): Promise<{ tps: number; c
   const conc = Number(m[2]);
   const q = `e2-${kind}-${Date.now().toString(36)}`;
   await c.createQueue(q);
-  for (let i = 0; i < N; i += 1000) {
-    await c.enqueueBatch(q, Array.from({ length: Math.min(1000, N - i) }, () => ({ payload: { ms: SLEEP } })));
-  }
-  const ps = Array.from({ length: procs }, () => startWorker(kind, q, conc, m[3]));
-  const tasks = await drained(q);
-  const cpu = ps.reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
+  const ids = Array.from({ length: procs }, (_, i) => `${q}-w${i}`);
+  const ps = ids.map((id) => startWorker(kind, q, id, conc, m[3]));
+  await until("workers polling", async () => {
+    const seen = new Set((await c.listWorkers()).map((w) => w.id));
+    return ids.every((id) => seen.has(id));
+  });
+  await enqueue(q, WARMUP);
+  await until("warm-up", async () => (await c.stats(q)).depth.done >= WARMUP);
+
+  await c.pauseQueue(q);
+  await enqueue(q, N);
+  const cpu0 = ps.reduce((sum, p) => sum + cpuSeconds(p.pid!), 0);
+  const resumedAt = Date.parse((await c.resumeQueue(q)).updated_at);
+  await until("drain", async () => (await c.stats(q)).depth.done >= WARMUP + N);
+  const cpu = ps.reduce((sum, p) => sum + cpuSeconds(p.pid!), 0) - cpu0;
+  const done: Task[] = [];
+  for await (const t of c.allTasks(q, { status: "done", limit: 500 })) done.push(t);
+  const last = Math.max(...done.map((t) => Date.parse(t.finished_at!)));
+
   await Promise.all(ps.map((p) => {
     const exited = new Promise((r) => p.once("exit", r));
     p.kill("SIGTERM");
     return exited;
   }));
   await c.deleteQueue(q).catch(() => undefined);
-  return { tps: throughput(tasks), cpu, ideal: (procs * conc * 1000) / SLEEP };
+  return { tps: N / ((last - resumedAt) / 1000), cpu, ideal: (procs * conc * 1000) / SLEEP };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

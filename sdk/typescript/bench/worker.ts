@@ -1,6 +1,6 @@
 // The TypeScript counterpart of `taskforge worker --queue Q=sleep` for bench/e2.ts:
 // sleeps each task's payload.ms, then acks. Env: TASKFORGE_URL, QUEUE, CONCURRENCY,
-// PREFETCH (default the runtime's). Stops gracefully on SIGTERM or SIGINT.
+// PREFETCH (default the runtime's), WORKER_ID. Stops gracefully on SIGTERM or SIGINT.
 
 import { Client, Worker, shutdownSignal } from "../src/index.js";
 
@@ -14,6 +14,7 @@ const counting: typeof fetch = (input, init) => {
 };
 const w = new Worker(new Client(env["TASKFORGE_URL"], env["COUNT"] ? { fetch: counting } : {}), {
   concurrency: Number(env["CONCURRENCY"] ?? 1),
+  ...(env["WORKER_ID"] ? { id: env["WORKER_ID"] } : {}),
   ...(env["PREFETCH"] !== undefined ? { prefetch: Number(env["PREFETCH"]) } : {}),
 });
 w.handle(env["QUEUE"]!, (job) => new Promise<void>((resolve) => {
