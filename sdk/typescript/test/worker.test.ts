@@ -1,0 +1,242 @@
+// The worker runtime against a real server.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  Client,
+  PermanentError,
+  TaskCancelledError,
+  TaskTimeoutError,
+  Worker,
+  WorkerStoppingError,
+  retryAfter,
+  snooze,
+  type Job,
+  type Task,
+} from "../src/index.js";
+import { client, eventually, freshQueue, leaseMs, logger, url, worker } from "./helpers.js";
+
+/** Runs w until the returned stop is called; stop resolves when run does. */
+function start(w: Worker): { stop: () => Promise<void>; done: Promise<void> } {
+  const ac = new AbortController();
+  const done = w.run(ac.signal);
+  return { done, stop: () => (ac.abort(), done) };
+}
+
+async function waitAll(q: string, ids: string[], status: Task["status"], timeoutMs = 20_000): Promise<Task[]> {
+  return Promise.all(ids.map(async (id) => {
+    const t = await client.waitTask(q, id, { timeoutMs });
+    assert.equal(t.status, status, `task ${id}`);
+    return t;
+  }));
+}
+
+test("runs at most `concurrency` handlers at once and acks each with its result", async () => {
+  const q = await freshQueue("conc");
+  const tasks = await client.enqueueBatch(q, Array.from({ length: 9 }, (_, n) => ({ payload: { n } })));
+  let now = 0;
+  let peak = 0;
+  const w = worker({ concurrency: 3 }).handle(q, async (job: Job) => {
+    peak = Math.max(peak, ++now);
+    await new Promise((r) => setTimeout(r, 100));
+    now--;
+    return { doubled: (job.payload as { n: number }).n * 2 };
+  });
+  const r = start(w);
+  const done = await waitAll(q, tasks.map((t) => t.id), "done");
+  await r.stop();
+  assert.equal(peak, 3);
+  done.forEach((t, n) => assert.deepEqual(t.result, { doubled: n * 2 }));
+  assert.ok(done.every((t) => t.attempt_history?.length === 1 && t.attempt_history[0]!.worker_id === w.id));
+});
+
+test("short handlers: prefetched tasks, and acks that ride on polls", async () => {
+  const q = await freshQueue("prefetch");
+  const paths = new Map<string, number>();
+  let prefetchPolls = 0;
+  let pollAcks = 0;
+  const counting: typeof fetch = (input, init) => {
+    const path = new URL(String(input)).pathname;
+    paths.set(path, (paths.get(path) ?? 0) + 1);
+    if (path === "/workers/poll" && typeof init?.body === "string") {
+      const body = JSON.parse(init.body) as { prefetch?: boolean; acks?: unknown[] };
+      if (body.prefetch) prefetchPolls++;
+      pollAcks += body.acks?.length ?? 0;
+    }
+    return fetch(input, init);
+  };
+  const n = 30;
+  const tasks = await client.enqueueBatch(q, Array.from({ length: n }, (_, i) => ({ payload: i })));
+  const w = new Worker(new Client(url, { fetch: counting }), { concurrency: 2, pollWaitMs: 1_000, logger: logger() });
+  w.handle(q, async (job) => {
+    await new Promise((r) => setTimeout(r, 50));
+    return job.payload;
+  });
+  const r = start(w);
+  const done = await waitAll(q, tasks.map((t) => t.id), "done");
+  await r.stop();
+  assert.deepEqual(done.map((t) => t.result), tasks.map((t) => t.payload));
+  // How many acks ride on polls depends on how fast polls answer (a busy box makes
+  // more go alone), so this asserts only that both paths are taken and bounded.
+  const requests = [...paths.values()].reduce((a, b) => a + b, 0);
+  assert.ok(prefetchPolls > 0, "the worker prefetched");
+  assert.ok(pollAcks > 0, "some acks rode on polls");
+  assert.ok(requests <= 2 * n + 4, `${requests} requests for ${n} tasks: ${JSON.stringify([...paths])}`);
+});
+
+test("retry after a delay, permanent failure, snooze without spending a retry", async () => {
+  const q = await freshQueue("outcomes", { max_retries: 1 });
+  const [retried, perm, snoozed] = await client.enqueueBatch(q, [
+    { payload: "retry" }, { payload: "permanent" }, { payload: "snooze", max_retries: 0 },
+  ]);
+  const w = worker({ concurrency: 3 }).handle(q, (job) => {
+    if (job.attempt === 1 && job.payload === "retry") throw retryAfter(new Error("flaky upstream"), 300);
+    if (job.payload === "permanent") throw new PermanentError("bad payload");
+    if (job.payload === "snooze" && job.attempt === 1) throw snooze(300);
+    return "ok";
+  });
+  const r = start(w);
+  const [rt, st] = await waitAll(q, [retried!.id, snoozed!.id], "done");
+  const [pt] = await waitAll(q, [perm!.id], "dead");
+  await r.stop();
+
+  const [a1, a2] = rt!.attempt_history!;
+  assert.equal(a1!.status, "failed");
+  assert.equal(a1!.error, "flaky upstream");
+  assert.equal(a2!.status, "succeeded");
+  assert.ok(Date.parse(a2!.started_at) - Date.parse(a1!.finished_at!) >= 300, "the retry waited its retry_after_ms");
+
+  assert.deepEqual(pt!.attempt_history!.map((a) => [a.status, a.error]), [["failed", "bad payload"]]);
+
+  assert.deepEqual(st!.attempt_history!.map((a) => a.status), ["released", "succeeded"]);
+  assert.match(st!.attempt_history![0]!.error!, /^snoozed for 300 ms by worker /);
+  assert.equal(st!.releases, 1);
+  assert.ok(Date.parse(st!.attempt_history![1]!.started_at) - Date.parse(st!.attempt_history![0]!.finished_at!) >= 300);
+});
+
+test("a cancel reaches the handler through job.signal and ends the task cancelled", async () => {
+  const q = await freshQueue("cancel");
+  const t = await client.enqueue(q, { payload: null });
+  let reason: unknown;
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const w = worker().handle(q, async (job) => {
+    started();
+    await new Promise((r) => job.signal.addEventListener("abort", r, { once: true }));
+    reason = job.signal.reason;
+    throw job.signal.reason;
+  });
+  const r = start(w);
+  await running;
+  const c = await client.cancelTask(q, t.id);
+  assert.equal(c.cancel_requested, true);
+  const [end] = await waitAll(q, [t.id], "cancelled", 30_000);
+  await r.stop();
+  assert.ok(reason instanceof TaskCancelledError, String(reason));
+  assert.deepEqual(end!.attempt_history!.map((a) => a.status), ["cancelled"]);
+});
+
+test("shutdown releases the tasks in hand without spending their budget", async () => {
+  const q = await freshQueue("shutdown", { max_retries: 0 });
+  const t = await client.enqueue(q, { payload: "long" });
+  let reason: unknown;
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const w = worker({ shutdownGraceMs: 200 }).handle(q, async (job) => {
+    started();
+    await new Promise((r) => job.signal.addEventListener("abort", r, { once: true }));
+    reason = job.signal.reason;
+  });
+  const r = start(w);
+  await running;
+  const t0 = Date.now();
+  await r.stop();
+  assert.ok(Date.now() - t0 < 3_000, "run returned soon after its grace");
+  assert.ok(reason instanceof WorkerStoppingError);
+  const back = await client.getTask(q, t.id);
+  assert.ok(back.status === "pending" || back.status === "claimed", back.status);
+  assert.equal(back.releases, 1);
+  assert.deepEqual(back.attempt_history!.map((a) => a.status), ["released"]);
+
+  // With max_retries 0 the task still runs again: the release spent nothing.
+  const r2 = start(worker().handle(q, () => "second"));
+  const [end] = await waitAll(q, [t.id], "done");
+  await r2.stop();
+  assert.deepEqual(end!.attempt_history!.map((a) => a.status), ["released", "succeeded"]);
+  assert.equal(end!.result, "second");
+});
+
+test("heartbeats keep a task's lease past its length; progress shows on the task", async (t) => {
+  const lease = await leaseMs();
+  if (lease > 5_000) {
+    t.skip(`the server's lease is ${lease} ms; run against a short lease (taskforge serve --lease-timeout 2s)`);
+    return;
+  }
+  const q = await freshQueue("heartbeat");
+  const task = await client.enqueue(q, { payload: null });
+  const w = worker().handle(q, async (job) => {
+    await job.progress({ step: 1 });
+    await new Promise((r) => setTimeout(r, lease * 1.5 + 1_000));
+    return "kept";
+  });
+  const r = start(w);
+  const [end] = await waitAll(q, [task.id], "done");
+  await r.stop();
+  assert.deepEqual(end!.progress, { step: 1 });
+  const [a] = end!.attempt_history!;
+  assert.equal(end!.attempt_history!.length, 1);
+  assert.equal(a!.status, "succeeded");
+  assert.ok(Date.parse(a!.finished_at!) - Date.parse(a!.started_at) > lease, "the attempt outlived one lease");
+});
+
+test("a task's timeout_seconds aborts job.signal with a TaskTimeoutError", async () => {
+  const q = await freshQueue("timeout", { max_retries: 0 });
+  const t = await client.enqueue(q, { payload: null, timeout_seconds: 1 });
+  let reason: unknown;
+  let aborted!: () => void;
+  const gotAbort = new Promise<void>((r) => (aborted = r));
+  const began = Date.now();
+  let after = 0;
+  const w = worker().handle(q, async (job) => {
+    await new Promise((r) => job.signal.addEventListener("abort", r, { once: true }));
+    reason = job.signal.reason;
+    after = Date.now() - began;
+    aborted();
+    throw reason;
+  });
+  const r = start(w);
+  await gotAbort;
+  await r.stop();
+  assert.ok(reason instanceof TaskTimeoutError, String(reason));
+  assert.ok(after >= 900 && after < 5_000, `aborted after ${after} ms`);
+  // The server ends the attempt timed_out by itself (the lease never outlives the
+  // timeout), so the nack may come too late; either way the task does not succeed.
+  assert.notEqual((await client.getTask(q, t.id)).status, "done");
+});
+
+test("an unreachable server: polls back off and retry, and a stop still ends run at once", async () => {
+  const log = logger();
+  const w = new Worker(new Client("http://127.0.0.1:9"), { retryMinMs: 20, retryMaxMs: 100, logger: log }).handle("q", () => undefined);
+  const ac = new AbortController();
+  const running = w.run(ac.signal);
+  await eventually("a few polls failed", 5_000, () => log.lines.filter((l) => l.includes("poll failed; retrying")).length >= 3);
+  const t0 = Date.now();
+  ac.abort();
+  await running;
+  assert.ok(Date.now() - t0 < 500, "run returned at once");
+  assert.match(log.lines[0]!, /unavailable: server unreachable/);
+});
+
+test("run rejects a poll the server refuses as invalid, and a worker without handlers", async () => {
+  await assert.rejects(worker().run(new AbortController().signal), /no handlers/);
+  const w = worker().handle("not a valid name!", () => undefined);
+  await assert.rejects(w.run(new AbortController().signal), /invalid_request/);
+  await eventually("the worker is idle again", 1_000, () => {
+    try {
+      w.handle("other", () => undefined);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+});
