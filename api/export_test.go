@@ -34,3 +34,11 @@ func SetBulkBatch(s *Server, rows int, after func(rows int)) {
 
 // TaskWaiters returns how many requests wait on s for a task to end.
 func TaskWaiters(s *Server) int { return s.done.count() }
+
+// Parked is how many long polls wait on queue: a test that needs a poll parked
+// (past its claims, waiting for a wake-up) before it acts waits for this.
+func Parked(s *Server, queue string) int {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return len(s.hub.waiters[queue])
+}

@@ -54,8 +54,9 @@ func TestPollDeliversByPriorityThenFIFO(t *testing.T) {
 		if err := json.Unmarshal(p.Payload, &idx); err != nil {
 			t.Fatal(err)
 		}
-		if prios[idx] != prios[want[i]] {
-			t.Fatalf("delivery %d: payload %d (priority %d), want priority %d; order %v", i, idx, prios[idx], prios[want[i]], payloads(got))
+		if idx != want[i] {
+			t.Fatalf("delivery %d: payload %d (priority %d), want payload %d (priority %d); order %v, want %v",
+				i, idx, prios[idx], want[i], prios[want[i]], payloads(got), want)
 		}
 	}
 }
@@ -267,9 +268,9 @@ func TestLongPollWakesWhenWorkArrives(t *testing.T) {
 	got := make(chan []testserver.Polled, 1)
 	go func() { got <- s.Poll("w", []string{"q"}, 1, 20000) }()
 	testserver.Eventually(t, 5*time.Second, "poller parked", func() bool {
-		return s.Redis.PubSubNumSub(t.Context(), s.Server.Buffer.WakeChannel()).Val()[s.Server.Buffer.WakeChannel()] > 0
+		return s.Redis.PubSubNumSub(t.Context(), s.Server.Buffer.WakeChannel()).Val()[s.Server.Buffer.WakeChannel()] > 0 &&
+			api.Parked(s.Server.API, "q") == 1
 	})
-	time.Sleep(50 * time.Millisecond) // let the poll reach its wait
 	start := time.Now()
 	task := s.Enqueue("q", map[string]any{"payload": "wake"})
 	select {
