@@ -23,7 +23,7 @@ const pythonSDKDir = "../python"
 // 3.11 or later with venv, setuptools and wheel (Debian: python3, python3-venv,
 // python3-setuptools, python3-wheel). The venv it makes sees them through
 // --system-site-packages, since no package index is reachable.
-const pythonProbe = `import sys, venv, setuptools, wheel; sys.exit(0 if sys.version_info >= (3, 11) else 1)`
+const pythonProbe = `import sys, venv, ensurepip, setuptools, wheel; sys.exit(0 if sys.version_info >= (3, 11) else 1)`
 
 // findPython returns the first interpreter that passes pythonProbe: $TASKFORGE_PYTHON,
 // else Debian's /usr/bin/python3 (where apt installs setuptools and pytest), else

@@ -18,8 +18,11 @@ QUEUE = os.environ["TASKFORGE_QUEUE"]
 WAIT_LIMIT = 60.0  # seconds for any one wait of the scenario
 
 
+START = time.monotonic()
+
+
 def log(msg: str) -> None:
-    print(f"scenario.py: {msg}", file=sys.stderr, flush=True)
+    print(f"scenario.py +{time.monotonic() - START:.3f}s: {msg}", file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -66,14 +69,18 @@ def main() -> int:
             ids["ack"] = c.enqueue(QUEUE, {"kind": "ack"}).id
             ids["nack"] = c.enqueue(QUEUE, {"kind": "nack"}, max_retries=3).id
             ids["fail"] = c.enqueue(QUEUE, {"kind": "fail"}, max_retries=3).id
+            log("enqueued ack, nack, fail")
             wait_for("ack", "done")
             wait_for("nack", "done")
             wait_for("fail", "dead")
+            log("ack and nack done, fail dead")
             ids["replay"] = c.replay_dead(QUEUE, ids["fail"]).id
             wait_for("replay", "done")
+            log("replay done")
             ids["hold"] = c.enqueue(QUEUE, {"kind": "hold"}).id
             if not holding.wait(WAIT_LIMIT):
                 raise RuntimeError("the hold task never reached its handler")
+            log("hold held; sending SIGTERM")
         except BaseException as e:  # noqa: BLE001 - reported below, after the worker stops
             failure.append(e)
         # Stop the worker the way an operator does: SIGTERM to this process.
@@ -81,6 +88,7 @@ def main() -> int:
 
     threading.Thread(target=flow, name="scenario-flow", daemon=True).start()
     w.run()  # handles SIGTERM: stops polling, releases the held task, returns
+    log("worker stopped")
     if failure:
         log(f"failed: {failure[0]!r}")
         return 1

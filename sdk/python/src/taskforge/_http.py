@@ -61,6 +61,8 @@ class Transport:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
                 return conn, True
+            with self._lock:
+                self._conns.add(conn)  # close() forgot it; it reconnects on use
             return conn, False
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._host, self._port, timeout=timeout)
@@ -105,6 +107,8 @@ class Transport:
             hdrs.update(headers)
         t = self.timeout if timeout is None else timeout
         for tried in range(2):
+            if self._closed:
+                raise Unavailable(0, "unavailable", f"{method} {path}: the client is closed")
             conn, reused = self._conn(t)
             try:
                 conn.request(method, url, body=data, headers=hdrs)
@@ -125,8 +129,9 @@ class Transport:
         raise AssertionError("unreachable")
 
     def abort_all(self) -> None:
-        """Closes every connection, ending requests in flight (their callers get
-        Unavailable)."""
+        """Ends the requests in flight and refuses new ones: their callers get
+        Unavailable. For a shutdown."""
+        self._closed = True
         with self._lock:
             conns = list(self._conns)
         for c in conns:
@@ -138,8 +143,7 @@ class Transport:
                     pass
 
     def close(self) -> None:
-        """Closes every kept-alive connection."""
-        self._closed = True
+        """Closes every kept-alive connection; the next request opens a new one."""
         with self._lock:
             conns = list(self._conns)
             self._conns.clear()
