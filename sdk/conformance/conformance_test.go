@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -61,17 +60,12 @@ var languages = []language{
 	},
 }
 
-// goTool is the go command of the toolchain running the test.
+// goTool is the go command: the one on PATH, else the one of $GOROOT.
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return "go"
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // startReplica runs a replica with the scenario's short lease and fast heartbeats.
