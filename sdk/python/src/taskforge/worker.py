@@ -8,7 +8,8 @@ Threads, each with one job:
   returned while it had nothing to ask for;
 - the **heartbeater** extends every held lease on a timer derived from the lease,
   and notices cancellations, lost leases and task timeouts;
-- one thread per task runs its handler, then reports the outcome (ack, nack,
+- task threads (a pool that grows to what is needed: one per running handler,
+  plus those still reporting) run a handler, then report its outcome (ack, nack,
   snooze) with retries through outages;
 - the thread that called :meth:`Worker.run` waits for a stop (``stop()``, SIGTERM or
   SIGINT) and then shuts down gracefully: no more polls (an open one is abandoned),
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import random
 import secrets
 import signal
@@ -343,6 +345,12 @@ class _Runner:
         self.poll_acks: list[Job] = []
         self.avg_run = 0.0
 
+        # Task threads live for the whole run: starting a thread waits for it to
+        # be scheduled, which on a busy box costs more than a short task's poll.
+        self.jobq: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.idle_threads = 0  # task threads waiting for a job none is reserved for
+        self.task_threads: list[threading.Thread] = []
+
         self.ack_lock = threading.Lock()
         self.ack_queue: list[Job] = []
         self.ack_sending = False
@@ -453,16 +461,46 @@ class _Runner:
         with self.cond:
             self.active.add(j)
             self.waiting.append(j)
-            self.start_waiting_locked()
+            started = self.start_waiting_locked()
+        self.launch(started)
         with self.hb_cond:
             self.hb_cond.notify()
 
-    def start_waiting_locked(self) -> None:
+    def start_waiting_locked(self) -> list[Job]:
+        """Moves prefetched jobs into free slots; the caller launches them once it
+        has released the lock."""
+        started = []
         while self.waiting and self.running < self.w.concurrency and not self.handing_back:
             j = self.waiting.pop(0)
             j.state = _RUNNING
             self.running += 1
-            threading.Thread(target=self.execute, args=(j,), name=f"taskforge-task-{j.id[:8]}", daemon=True).start()
+            started.append(j)
+        return started
+
+    def launch(self, jobs: list[Job]) -> None:
+        """Hands jobs to idle task threads, starting new ones when none is idle."""
+        for j in jobs:
+            self.jobq.put(j)
+            with self.lock:
+                spawn = self.idle_threads == 0
+                if not spawn:
+                    self.idle_threads -= 1
+            if spawn:
+                t = threading.Thread(target=self.task_thread, name="taskforge-task", daemon=True)
+                self.task_threads.append(t)
+                t.start()
+
+    def task_thread(self) -> None:
+        while True:
+            j = self.jobq.get()
+            if j is None:
+                return
+            try:
+                self.execute(j)
+            except Exception:  # noqa: BLE001 - a bug here must not take the thread's slot count with it
+                log.exception("worker %s: task %s: unexpected error in the runtime", self.id, j.id)
+            with self.lock:
+                self.idle_threads += 1
 
     def execute(self, j: Job) -> None:
         h = self.handlers.get(j.queue)
@@ -519,8 +557,9 @@ class _Runner:
                 if ack_by_poll and self.poller_idle and not self.poller_gone and len(self.poll_acks) < _MAX_POLL_TASKS:
                     self.poll_acks.append(j)
                     handed = True
-            self.start_waiting_locked()
+            started = self.start_waiting_locked()
             self.cond.notify_all()
+        self.launch(started)
         return handed
 
     def done(self, j: Job) -> None:
@@ -533,8 +572,9 @@ class _Runner:
                 else:
                     self.reporting -= 1
                 self.active.discard(j)
-                self.start_waiting_locked()
+            started = self.start_waiting_locked()
             self.cond.notify_all()
+        self.launch(started)
 
     # --- reports ---------------------------------------------------------------------
 
@@ -732,6 +772,8 @@ class _Runner:
         with self.hb_cond:
             self.hb_cond.notify()
         self.hb_pool.shutdown(wait=False, cancel_futures=True)
+        for _ in list(self.task_threads):
+            self.jobq.put(None)
         self.pc.close()
 
     def hand_back(self, j: Job, why: str) -> None:
