@@ -90,6 +90,7 @@ type scenarioIDs struct {
 // database, checks each outcome, then checks that all languages left the same
 // attempt histories.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	histories := map[string]map[string][]string{}
 	for _, lang := range languages {
 		ok := t.Run(lang.name, func(t *testing.T) {

@@ -123,6 +123,7 @@ func copyTree(t *testing.T, src, dst string) {
 // TestPythonSDK runs the Python SDK's pytest suite (sdk/python/tests) against a
 // real replica with a 2 s lease, so that `go test ./...` covers it.
 func TestPythonSDK(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	vpy := pythonVenv(t, dir)
 	if out, err := exec.Command(vpy, "-c", "import pytest").CombinedOutput(); err != nil {
@@ -141,5 +142,25 @@ func TestPythonSDK(t *testing.T) {
 	t.Logf("pytest:\n%s", out)
 	if err != nil {
 		t.Fatalf("pytest failed: %v", err)
+	}
+}
+
+// TestPythonSDKTypes checks the package's annotations with mypy --strict
+// (Debian: python3-mypy), so that py.typed promises what it says.
+func TestPythonSDKTypes(t *testing.T) {
+	t.Parallel()
+	py, err := findPython()
+	requirePython(t, err)
+	if out, err := exec.Command(py, "-m", "mypy", "--version").CombinedOutput(); err != nil {
+		requirePython(t, fmt.Errorf("mypy is not installed (Debian: apt-get install -y python3-mypy): %v %s",
+			err, strings.TrimSpace(string(out))))
+	}
+	dir := t.TempDir()
+	copyTree(t, pythonSDKDir, filepath.Join(dir, "sdk-python"))
+	cmd := exec.Command(py, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", filepath.Join(dir, "cache"),
+		"src/taskforge", "conformance/scenario.py")
+	cmd.Dir = filepath.Join(dir, "sdk-python")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy --strict: %v\n%s", err, out)
 	}
 }

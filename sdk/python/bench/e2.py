@@ -81,6 +81,13 @@ def step(c: taskforge.Client, url: str, db: str, impl: str, procs: int, conc: in
             argv = [sys.executable, os.path.join(HERE, "e2worker.py"), url, queue, str(conc)]
         workers.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
+        # Every worker polls before the warm-up: an interpreter still starting
+        # when the queue resumes would count against its SDK.
+        deadline = time.monotonic() + 60
+        while sum(queue in w.queues for w in c.list_workers()) < procs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{impl} workers of {queue} did not all start polling")
+            time.sleep(0.1)
         c.enqueue_batch(queue, [{"payload": {"ms": 50}} for _ in range(50)])  # warm-up
         wait_drained(c, queue, 50)
         c.pause_queue(queue)

@@ -102,7 +102,7 @@ class Client:
     ) -> Queue:
         """Creates a queue (409 :class:`QueueExists` when the name is taken).
         Unset settings take the server's defaults."""
-        body = {"name": name, **{k: v for k, v in dict(
+        body: dict[str, Any] = {"name": name, **{k: v for k, v in dict[str, Any](
             max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
             max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
@@ -376,7 +376,7 @@ class Client:
         if acks:
             body["acks"] = acks
         r = self._t.request("POST", "/workers/poll", body=body, timeout=self._t.timeout + wait_ms / 1000)
-        out = r.body
+        out = r.body or {}
         res = PollResult([PolledTask.from_json(t) for t in out.get("tasks") or []],
                          retry_after=(out.get("retry_after_ms") or 0) / 1000, date=r.date)
         if acks:
@@ -395,7 +395,8 @@ class Client:
         if progress is not UNSET:
             body["progress"] = progress
         r = self._t.request("POST", "/workers/heartbeat", body=body, timeout=timeout)
-        return LeaseState(_time(r.body.get("lease_expires_at")), bool(r.body.get("cancel_requested")), r.date)
+        out = r.body or {}
+        return LeaseState(_time(out.get("lease_expires_at")), bool(out.get("cancel_requested")), r.date)
 
     def ack(self, worker_id: str, task_id: str, lease_token: str, result: Any = UNSET) -> Task:
         """Reports a task done, with ``result`` when given."""

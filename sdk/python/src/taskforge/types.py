@@ -43,7 +43,7 @@ def _time(v: Any) -> datetime | None:
 
 def _build(cls: type[T], d: dict[str, Any]) -> T:
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name not in d:
             continue
         v = d[f.name]

@@ -110,7 +110,7 @@ class Job:
     :class:`TaskTimedOut` or :class:`WorkerStopping`.
     """
 
-    def __init__(self, worker: Worker, t: PolledTask, recv: float, date: datetime | None) -> None:
+    def __init__(self, runner: _Runner, t: PolledTask, recv: float, date: datetime | None) -> None:
         self.id: str = t.id
         self.queue: str = t.queue
         self.payload: Any = t.payload
@@ -118,10 +118,10 @@ class Job:
         #: 1-based attempt number; also a monotonic fencing token.
         self.attempt: int = t.attempt
         self.timeout_seconds: int | None = t.timeout_seconds
-        self.worker_id: str = worker.id
+        self.worker_id: str = runner.id
         #: The enqueue's W3C trace context, or None.
         self.traceparent: str | None = t.traceparent
-        self._w = worker
+        self._r = runner
         self._lease_token = t.lease_token
         self._stop = threading.Event()
         self._reason: StopReason | None = None
@@ -173,7 +173,7 @@ class Job:
         when the server refuses the value."""
         if self.lost:
             raise LeaseLost(409, "lease_lost", f"task {self.id}: the lease was lost")
-        self._w._heartbeat(self, progress=value)
+        self._r.heartbeat(self, progress=value)
 
     # --- for the runtime ---------------------------------------------------------
 
@@ -294,7 +294,7 @@ class Worker:
         self._running = True
         self._stop_requested = False
         self._wake.clear()
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if handle_signals and threading.current_thread() is threading.main_thread():
             def on_signal(signum: int, frame: Any) -> None:
                 # Only a flag: run's loop below sees it within 0.1 s.
@@ -313,9 +313,6 @@ class Worker:
             self._running = False
         if r.fatal is not None:
             raise r.fatal
-
-    def _heartbeat(self, j: Job, progress: Any) -> None:
-        raise RuntimeError(f"progress of task {j.id}: the worker is not running")
 
 
 class _Runner:
@@ -360,7 +357,6 @@ class _Runner:
         self.hb_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="taskforge-heartbeat")
         self.poller = threading.Thread(target=self.poll_loop, name="taskforge-poller", daemon=True)
         self.heartbeater = threading.Thread(target=self.heartbeat_loop, name="taskforge-heartbeater", daemon=True)
-        w._heartbeat = self.heartbeat  # type: ignore[method-assign]
 
     def start(self) -> None:
         self.poller.start()
@@ -407,6 +403,14 @@ class _Runner:
                         break
                     d = b.next()
                     log.warning("worker %s: poll failed; retrying in %.2fs: %s", self.id, d, e)
+                    self.sleep_unless_stopping(d)
+                    continue
+                except Exception:  # noqa: BLE001 - an answer this SDK cannot read: keep polling
+                    self.settle_poll_acks(acks, None)
+                    if self.poll_stop:
+                        break
+                    d = b.next()
+                    log.exception("worker %s: poll failed; retrying in %.2fs", self.id, d)
                     self.sleep_unless_stopping(d)
                     continue
                 recv = time.monotonic()
@@ -457,7 +461,7 @@ class _Runner:
     # --- jobs ------------------------------------------------------------------------
 
     def start_job(self, t: PolledTask, recv: float, date: datetime | None) -> None:
-        j = Job(self.w, t, recv, date)
+        j = Job(self, t, recv, date)
         with self.cond:
             self.active.add(j)
             self.waiting.append(j)
@@ -515,7 +519,7 @@ class _Runner:
         else:
             try:
                 result = h(j)
-            except Exception as e:  # noqa: BLE001 - every handler failure is reported
+            except BaseException as e:  # noqa: BLE001 - every handler failure is reported, even SystemExit
                 err = e
         if err is None and result is not None:
             try:
