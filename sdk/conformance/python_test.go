@@ -145,8 +145,9 @@ func TestPythonSDK(t *testing.T) {
 	}
 }
 
-// TestPythonSDKTypes checks the package's annotations with mypy --strict
-// (Debian: python3-mypy), so that py.typed promises what it says.
+// TestPythonSDKTypes checks the package's annotations, and its tests, scenario
+// and benchmark against them, with mypy --strict (Debian: python3-mypy), so that
+// py.typed promises what it says.
 func TestPythonSDKTypes(t *testing.T) {
 	t.Parallel()
 	py, err := findPython()
@@ -158,8 +159,9 @@ func TestPythonSDKTypes(t *testing.T) {
 	dir := t.TempDir()
 	copyTree(t, pythonSDKDir, filepath.Join(dir, "sdk-python"))
 	cmd := exec.Command(py, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", filepath.Join(dir, "cache"),
-		"src/taskforge", "conformance/scenario.py")
+		"src/taskforge", "conformance", "tests", "bench")
 	cmd.Dir = filepath.Join(dir, "sdk-python")
+	cmd.Env = append(os.Environ(), "MYPYPATH=src")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("mypy --strict: %v\n%s", err, out)
 	}

@@ -41,7 +41,8 @@ def psql(db: str, sql: str) -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -51,7 +52,7 @@ def cpu_seconds(pids: list[int]) -> float:
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += (int(fields[11]) + int(fields[12])) / float(tick)
         except (OSError, IndexError):
             pass
     return total
@@ -68,7 +69,7 @@ def wait_drained(c: taskforge.Client, queue: str, n: int, timeout: float = 300) 
 
 
 def step(c: taskforge.Client, url: str, db: str, impl: str, procs: int, conc: int, tasks: int, binary: str,
-         run: int) -> dict:
+         run: int) -> dict[str, object]:
     queue = f"e2-{impl}-{procs}x{conc}-{run}"
     c.create_queue(queue)
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "src"))
@@ -132,7 +133,7 @@ def main() -> None:
     env = dict(os.environ, DATABASE_URL=f"{PG}/{db}?sslmode=disable", REDIS_URL="redis://127.0.0.1:6379",
                TASKFORGE_REDIS_PREFIX=db, TASKFORGE_LISTEN=f"127.0.0.1:{port}", TASKFORGE_LOG_LEVEL="warn")
     serve = subprocess.Popen([args.taskforge, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    results = []
+    results: list[dict[str, object]] = []
     try:
         c = taskforge.Client(url)
         for _ in range(100):
@@ -156,8 +157,8 @@ def main() -> None:
         for run in range(args.runs):
             g = next(r for r in results if r["impl"] == "go" and r["layout"] == layout and r["run"] == run)
             p = next(r for r in results if r["impl"] == "python" and r["layout"] == layout and r["run"] == run)
-            print(f"{layout} run {run}: go {g['throughput']}/s, python {p['throughput']}/s, "
-                  f"python/go = {p['throughput'] / g['throughput']:.1%}")
+            gt, pt = float(str(g["throughput"])), float(str(p["throughput"]))
+            print(f"{layout} run {run}: go {gt}/s, python {pt}/s, python/go = {pt / gt:.1%}")
 
 
 if __name__ == "__main__":

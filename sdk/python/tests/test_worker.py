@@ -137,7 +137,7 @@ def test_stop_releases_tasks_in_hand_without_spending_budget(
 def test_short_tasks_prefetch_and_ack_on_polls(
     client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = {"ack": 0, "ack_batch": 0, "poll_acks": 0}
+    calls = {"ack": 0, "ack_batch": 0, "poll_acks": 0, "prefetch": 0}
     orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch, taskforge.Client.poll
 
     def ack(self: taskforge.Client, *a: Any, **k: Any) -> Any:
@@ -150,6 +150,7 @@ def test_short_tasks_prefetch_and_ack_on_polls(
 
     def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
         calls["poll_acks"] += len(k.get("acks") or [])
+        calls["prefetch"] += bool(k.get("prefetch"))
         return orig_poll(self, *a, **k)
 
     monkeypatch.setattr(taskforge.Client, "ack", ack)
@@ -167,6 +168,7 @@ def test_short_tasks_prefetch_and_ack_on_polls(
     for t in tasks:
         assert client.wait_task(queue, t.id, timeout=30).result == t.payload * 2
     assert calls["poll_acks"] > 0, calls  # with every slot busy, acks ride on the next poll
+    assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
 
 
 def test_bad_queue_name_ends_run(url: str) -> None:

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from .client import UNSET, Client
 from .errors import (
@@ -257,7 +257,13 @@ class Worker:
 
     # --- registration and control --------------------------------------------------
 
-    def handle(self, queue: str, handler: Handler | None = None) -> Any:
+    @overload
+    def handle(self, queue: str) -> Callable[[H], H]: ...
+
+    @overload
+    def handle(self, queue: str, handler: H) -> H: ...
+
+    def handle(self, queue: str, handler: H | None = None) -> H | Callable[[H], H]:
         """Registers ``handler`` for ``queue``; without one, returns a decorator::
 
             @worker.handle("emails")
