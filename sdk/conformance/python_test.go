@@ -98,7 +98,7 @@ func copyTree(t *testing.T, src, dst string) {
 		}
 		rel, _ := filepath.Rel(src, p)
 		name := d.Name()
-		if d.IsDir() && (name == "__pycache__" || name == "build" || name == ".pytest_cache" ||
+		if d.IsDir() && (name == "__pycache__" || name == "build" || name == ".pytest_cache" || name == ".mypy_cache" ||
 			strings.HasSuffix(name, ".egg-info")) {
 			return filepath.SkipDir
 		}
