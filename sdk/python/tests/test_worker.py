@@ -176,3 +176,52 @@ def test_bad_queue_name_ends_run(url: str) -> None:
     w.handle("not a valid name!", lambda job: None)
     with pytest.raises(taskforge.InvalidRequest):
         w.run(handle_signals=False)
+
+
+def test_outage_is_retried_and_stop_still_returns() -> None:
+    w = taskforge.Worker("http://127.0.0.1:1", poll_wait=0.5, retry_min=0.05, retry_max=0.2)
+    w.handle("q", lambda job: None)
+    t = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    time.sleep(1)
+    assert t.is_alive()  # polls failed and were retried: run goes on
+    w.stop()
+    t.join(5)
+    assert not t.is_alive()
+
+
+def test_heartbeats_failing_past_the_lease_stop_the_handler(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = threading.Event()
+    failing.set()
+    orig = taskforge.Client.heartbeat
+
+    def heartbeat(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        if failing.is_set():
+            raise taskforge.Unavailable(0, "unavailable", "injected outage")
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "heartbeat", heartbeat)
+    reasons: list[Any] = []
+
+    def handler(job: taskforge.Job) -> Any:
+        if job.attempt == 1:
+            job.wait(15)
+            reasons.append(job.stop_reason)
+            failing.clear()
+            return "too late"  # not reported: the lease is gone
+        return "second"
+
+    start_worker(queue, handler)
+    t = client.enqueue(queue, None)
+    done = client.wait_task(queue, t.id, timeout=30)
+    # The server reclaims first: the worker's estimate of the expiry errs late
+    # (the Date header counts whole seconds), so that it never gives up a lease
+    # the server still honours.
+    deadline = time.monotonic() + 10
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert isinstance(reasons[0], taskforge.LeaseExpired)
+    assert done.status == "done" and done.result == "second"
+    assert [a.status for a in done.attempt_history] == ["abandoned", "succeeded"]
