@@ -10,7 +10,7 @@ import socket
 import threading
 import urllib.parse
 from email.utils import parsedate_to_datetime
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from .errors import APIError, Unavailable, error_for
@@ -156,6 +156,8 @@ def _decode(method: str, path: str, resp: http.client.HTTPResponse, raw: bytes) 
     if d := resp.getheader("Date"):
         try:
             date = parsedate_to_datetime(d)
+            if date.tzinfo is None:  # "-0000": UTC, with no zone said
+                date = date.replace(tzinfo=timezone.utc)
         except (TypeError, ValueError):
             date = None
     body: Any = None

@@ -13,6 +13,7 @@ from ._http import Transport
 from .types import (
     AckResult,
     BulkCancel,
+    LeaseResult,
     LeaseState,
     NewTask,
     PolledTask,
@@ -397,6 +398,20 @@ class Client:
         r = self._t.request("POST", "/workers/heartbeat", body=body, timeout=timeout)
         out = r.body or {}
         return LeaseState(_time(out.get("lease_expires_at")), bool(out.get("cancel_requested")), r.date)
+
+    def heartbeat_batch(self, worker_id: str, leases: list[tuple[str, str]], *,
+                        timeout: float | None = None) -> list[LeaseResult]:
+        """Extends up to 1,000 leases (``(task_id, lease_token)`` pairs) in one
+        request; each comes back extended or refused on its own, in order.
+        :class:`NotFound` from a server without ``/workers/heartbeat/batch``."""
+        body = {"worker_id": worker_id, "leases": [{"task_id": t, "lease_token": tok} for t, tok in leases]}
+        r = self._t.request("POST", "/workers/heartbeat/batch", body=body, timeout=timeout)
+        got = (r.body or {}).get("leases") or []
+        if len(got) != len(leases) or any(g.get("task_id") != t for g, (t, _) in zip(got, leases)):
+            raise ValueError(f"heartbeat of {len(leases)} tasks: the answer does not match the request")
+        return [LeaseResult(task_id=g["task_id"], lease_expires_at=_time(g.get("lease_expires_at")),
+                            cancel_requested=bool(g.get("cancel_requested")), error=_ack_error(g.get("error")),
+                            date=r.date) for g in got]
 
     def ack(self, worker_id: str, task_id: str, lease_token: str, result: Any = UNSET) -> Task:
         """Reports a task done, with ``result`` when given."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "PollResult",
     "AckResult",
     "LeaseState",
+    "LeaseResult",
     "WorkerInfo",
     "TaskStatus",
     "TERMINAL",
@@ -37,7 +38,8 @@ T = TypeVar("T")
 
 def _time(v: Any) -> datetime | None:
     if isinstance(v, str) and v:
-        return datetime.fromisoformat(v)
+        t = datetime.fromisoformat(v)
+        return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
     return None
 
 
@@ -271,6 +273,19 @@ class LeaseState:
 
     lease_expires_at: datetime | None
     cancel_requested: bool
+    date: datetime | None = None
+
+
+@dataclass
+class LeaseResult:
+    """One lease of a batch heartbeat: extended (``lease_expires_at``, with
+    ``cancel_requested``), or refused with ``error`` (``lease_lost``); ``date`` is
+    the answer's Date header."""
+
+    task_id: str
+    lease_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    error: str | None = None
     date: datetime | None = None
 
 

@@ -6,7 +6,8 @@ Threads, each with one job:
 - the **poller** long-polls for as many tasks as there are free slots (and, while
   handlers run short, for ``prefetch`` more), carrying the acks of handlers that
   returned while it had nothing to ask for;
-- the **heartbeater** extends every held lease on a timer derived from the lease,
+- the **heartbeater** extends every held lease once per heartbeat interval (the
+  one the server advertises, at most half the lease), all in one batch request,
   and notices cancellations, lost leases and task timeouts;
 - task threads (a pool that grows to what is needed: one per running handler,
   plus those still reporting) run a handler, then report its outcome (ack, nack,
@@ -76,6 +77,8 @@ _LEASE_MARGIN = 0.25  # how long past its estimated expiry a lease is still assu
 _MAX_ERROR_TEXT = 60 << 10  # keeps a nack's error under the server's 64 KiB
 _MAX_POLL_ACK_RESULT = 16 << 10  # larger results go alone, not on a poll
 _REPORT_TIMEOUT = 10.0
+_DEFAULT_HEARTBEAT_INTERVAL = 10.0  # until a task advertises its own
+_MAX_HEARTBEAT_BATCH = 1000
 
 # Job states.
 _WAITING, _RUNNING, _REPORTING = "waiting", "running", "reporting"
@@ -139,7 +142,6 @@ class Job:
         if self._lease_len > 0:
             interval = min(interval, self._lease_len / 2)
         self._hb_interval = max(interval, 0.05)
-        self._next_hb = recv + self._hb_interval
         self._hb_stopped = False
         self._hb_inflight = False
         self._timeout_at = recv + t.timeout_seconds if t.timeout_seconds else 0.0
@@ -359,7 +361,13 @@ class _Runner:
         self.ack_sending = False
 
         self.bg_stop = threading.Event()  # ends report retries
+        # One heartbeat round per interval (the shortest any task advertised) extends
+        # every lease held, in one /workers/heartbeat/batch request; a server without
+        # that endpoint gets one heartbeat per task, sent by a small pool.
         self.hb_cond = threading.Condition(threading.Lock())
+        self.hb_interval = _DEFAULT_HEARTBEAT_INTERVAL
+        self.hb_reset = False
+        self.hb_single = False
         self.hb_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="taskforge-heartbeat")
         self.poller = threading.Thread(target=self.poll_loop, name="taskforge-poller", daemon=True)
         self.heartbeater = threading.Thread(target=self.heartbeat_loop, name="taskforge-heartbeater", daemon=True)
@@ -423,7 +431,10 @@ class _Runner:
                 self.settle_poll_acks(acks, res.acks)
                 b.reset()
                 for t in res.tasks:
-                    self.start_job(t, recv, res.date)
+                    try:
+                        self.start_job(t, recv, res.date)
+                    except Exception:  # noqa: BLE001 - the task's lease expires and it runs again
+                        log.exception("worker %s: could not start task %s", self.id, t.id)
                 if not res.tasks and res.retry_after > 0 and recv - sent < self.w.poll_wait / 2:
                     # A rate limit holds the work back and the server answered early.
                     self.sleep_unless_stopping(min(res.retry_after, self.w.poll_wait))
@@ -474,6 +485,9 @@ class _Runner:
             started = self.start_waiting_locked()
         self.launch(started)
         with self.hb_cond:
+            if j._hb_interval < self.hb_interval:
+                self.hb_interval = j._hb_interval  # heartbeat sooner than planned
+                self.hb_reset = True
             self.hb_cond.notify()
 
     def start_waiting_locked(self) -> list[Job]:
@@ -714,41 +728,82 @@ class _Runner:
             if not j._hb_stopped:  # after the handler returned, a 409 may just mean it was acked
                 log.warning("worker %s: lease of task %s lost; handler told to stop", self.id, j.id)
         except APIError as e:
-            if j._lease_expired(time.monotonic()):
-                j.lost = True
-                j._signal_stop(LeaseExpired(f"task {j.id}: heartbeats failed until the lease expired"))
-                log.warning("worker %s: heartbeats of task %s failed until the lease expired: %s", self.id, j.id, e)
-            else:
-                log.warning("worker %s: heartbeat of task %s failed; retrying at the next interval: %s",
-                            self.id, j.id, e)
+            self.heartbeat_failed(j, e)
         finally:
             j._hb_inflight = False
-            with self.hb_cond:
-                self.hb_cond.notify()
 
     def heartbeat_loop(self) -> None:
+        next_round = time.monotonic() + self.hb_interval
         while not self.bg_stop.is_set():
+            now = time.monotonic()
+            with self.hb_cond:
+                interval = self.hb_interval
+                if self.hb_reset:
+                    next_round, self.hb_reset = min(next_round, now + interval), False
             with self.lock:
                 jobs = [j for j in self.active if not j._hb_stopped]
-            now = time.monotonic()
-            wake = now + 1.0
+            wake = next_round
             for j in jobs:
                 if j._timeout_at and now >= j._timeout_at:
                     j._signal_stop(TaskTimedOut(f"task {j.id}: timeout of {j.timeout_seconds}s exceeded"))
                 elif j._timeout_at:
                     wake = min(wake, j._timeout_at)
+            if now >= next_round:
+                next_round = now + interval
+                beating = [j for j in jobs if not j.lost]
+                for i in range(0, len(beating), _MAX_HEARTBEAT_BATCH):
+                    self.beat_round(beating[i:i + _MAX_HEARTBEAT_BATCH], interval)
+                continue
+            with self.hb_cond:
+                if not self.hb_reset:
+                    self.hb_cond.wait(max(wake - time.monotonic(), 0.005))
+
+    def beat_round(self, jobs: list[Job], interval: float) -> None:
+        """Extends the leases of jobs: one batch request, or one request each
+        against a server without the batch endpoint."""
+        if self.hb_single:
+            for j in jobs:
                 if j._hb_inflight:
                     continue
-                if now >= j._next_hb:
-                    j._hb_inflight = True
-                    j._next_hb = now + j._hb_interval
-                    try:
-                        self.hb_pool.submit(self.beat, j)
-                    except RuntimeError:  # the pool is shut down
-                        return
-                wake = min(wake, j._next_hb)
-            with self.hb_cond:
-                self.hb_cond.wait(max(wake - time.monotonic(), 0.005))
+                j._hb_inflight = True
+                try:
+                    self.hb_pool.submit(self.beat, j)
+                except RuntimeError:  # the pool is shut down
+                    return
+            return
+        try:
+            results = self.c.heartbeat_batch(self.id, [(j.id, j._lease_token) for j in jobs],
+                                             timeout=max(interval, 1.0))
+        except (NotFound, MethodNotAllowed):
+            log.info("worker %s: the server has no batch heartbeats; heartbeating each task on its own", self.id)
+            self.hb_single = True
+            self.beat_round(jobs, interval)
+            return
+        except Exception as e:  # noqa: BLE001 - unavailable, or an answer this SDK cannot read
+            for j in jobs:
+                if not (j._owned or j._hb_stopped):
+                    self.heartbeat_failed(j, e)
+            return
+        recv = time.monotonic()
+        for j, r in zip(jobs, results):
+            if j._owned or j._hb_stopped:
+                continue  # the handler returned meanwhile; a refusal may just mean it was acked
+            if r.error:
+                j.lost = True
+                j._signal_stop(LeaseExpired(f"task {j.id}: lease lost ({r.error})"))
+                log.warning("worker %s: lease of task %s lost; handler told to stop", self.id, j.id)
+                continue
+            j._extend(recv, r.lease_expires_at, r.date)
+            if r.cancel_requested:
+                j._signal_stop(TaskCancelled(f"task {j.id} was cancelled"))
+
+    def heartbeat_failed(self, j: Job, e: BaseException) -> None:
+        if j._lease_expired(time.monotonic()):
+            j.lost = True
+            j._signal_stop(LeaseExpired(f"task {j.id}: heartbeats failed until the lease expired"))
+            log.warning("worker %s: heartbeats of task %s failed until the lease expired: %s", self.id, j.id, e)
+        else:
+            log.warning("worker %s: heartbeat of task %s failed; retrying at the next interval: %s", self.id, j.id, e)
 
     # --- shutdown --------------------------------------------------------------------
 
