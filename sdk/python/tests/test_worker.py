@@ -195,14 +195,16 @@ def test_heartbeats_failing_past_the_lease_stop_the_handler(
 ) -> None:
     failing = threading.Event()
     failing.set()
-    orig = taskforge.Client.heartbeat
+    # Both heartbeat routes fail: batch rounds, or one per task on a server without them.
+    for name in ("heartbeat", "heartbeat_batch"):
+        orig = getattr(taskforge.Client, name)
 
-    def heartbeat(self: taskforge.Client, *a: Any, **k: Any) -> Any:
-        if failing.is_set():
-            raise taskforge.Unavailable(0, "unavailable", "injected outage")
-        return orig(self, *a, **k)
+        def fail(self: taskforge.Client, *a: Any, _orig: Any = orig, **k: Any) -> Any:
+            if failing.is_set():
+                raise taskforge.Unavailable(0, "unavailable", "injected outage")
+            return _orig(self, *a, **k)
 
-    monkeypatch.setattr(taskforge.Client, "heartbeat", heartbeat)
+        monkeypatch.setattr(taskforge.Client, name, fail)
     reasons: list[Any] = []
 
     def handler(job: taskforge.Job) -> Any:
