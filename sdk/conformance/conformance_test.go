@@ -58,6 +58,7 @@ var languages = []language{
 			return []string{filepath.Join(dir, "venv", "bin", "python"), script}
 		},
 	},
+	{name: "typescript", setup: typescriptSetup, command: typescriptCommand},
 }
 
 // goTool is the go command: the one on PATH, else the one of $GOROOT.

@@ -89,7 +89,7 @@ func run(t *testing.T, dir, name string, args ...string) {
 }
 
 // copyTree copies the regular files under src to dst, leaving out build
-// leftovers.
+// leftovers (Python's and npm's).
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -98,7 +98,7 @@ func copyTree(t *testing.T, src, dst string) {
 		}
 		rel, _ := filepath.Rel(src, p)
 		name := d.Name()
-		if d.IsDir() && (name == "__pycache__" || name == "build" || name == ".pytest_cache" || name == ".mypy_cache" ||
+		if d.IsDir() && (name == "__pycache__" || name == "build" || name == ".pytest_cache" || name == ".mypy_cache" || name == "node_modules" || name == "dist" ||
 			strings.HasSuffix(name, ".egg-info")) {
 			return filepath.SkipDir
 		}
