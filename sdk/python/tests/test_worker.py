@@ -108,7 +108,11 @@ def test_timeout_reaches_the_handler(client: taskforge.Client, queue: str, start
 
     start_worker(queue, handler)
     t = client.enqueue(queue, None, timeout_seconds=1, max_retries=0)
-    client.wait_task(queue, t.id, timeout=15)
+    done = client.wait_task(queue, t.id, timeout=15)
+    assert [a.status for a in done.attempt_history] == ["timed_out"]
+    deadline = time.monotonic() + 10  # the server may end the attempt before the handler hears
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert isinstance(reasons[0], taskforge.TaskTimedOut)
 
 

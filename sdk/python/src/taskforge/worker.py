@@ -713,7 +713,7 @@ class _Runner:
                                  timeout=max(j._hb_interval, 1.0))
         except LeaseLost:
             j.lost = True
-            j._signal_stop(LeaseExpired(f"task {j.id}: lease lost"))
+            self.lease_refused(j, "lease lost")
             raise
         j._extend(time.monotonic(), l.lease_expires_at, l.date)
         if l.cancel_requested:
@@ -789,13 +789,22 @@ class _Runner:
             if j._owned or j._hb_stopped:
                 continue  # the handler returned meanwhile; a refusal may just mean it was acked
             if r.error:
-                j.lost = True
-                j._signal_stop(LeaseExpired(f"task {j.id}: lease lost ({r.error})"))
+                self.lease_refused(j, f"lease lost ({r.error})")
                 log.warning("worker %s: lease of task %s lost; handler told to stop", self.id, j.id)
                 continue
             j._extend(recv, r.lease_expires_at, r.date)
             if r.cancel_requested:
                 j._signal_stop(TaskCancelled(f"task {j.id} was cancelled"))
+
+    def lease_refused(self, j: Job, detail: str) -> None:
+        """Marks j's lease lost. The server ends a lease at the task's timeout, and
+        its clock runs ahead of the worker's timer (which starts at the poll's
+        answer), so a refusal that close to the timeout is the timeout."""
+        j.lost = True
+        if j._timeout_at and time.monotonic() >= j._timeout_at - 2 * _LEASE_MARGIN:
+            j._signal_stop(TaskTimedOut(f"task {j.id}: timeout of {j.timeout_seconds}s exceeded"))
+        else:
+            j._signal_stop(LeaseExpired(f"task {j.id}: {detail}"))
 
     def heartbeat_failed(self, j: Job, e: BaseException) -> None:
         if j._lease_expired(time.monotonic()):
