@@ -1,0 +1,43 @@
+package conformance_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/taskforge/taskforge/internal/testenv"
+)
+
+// typescriptSDKDir is the TypeScript SDK, relative to this package.
+const typescriptSDKDir = "../typescript"
+
+// typescriptSetup builds a copy of the TypeScript SDK in dir (npm ci, then tsc
+// through npm run build), so the build leaves nothing in the source tree. Without
+// node and npm the row is skipped, or fails under CI.
+func typescriptSetup(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(typescriptSDKDir, "package.json")); err != nil {
+		// A tree without the SDK has nothing to test; that is no missing program.
+		t.Skipf("no TypeScript SDK in this tree: %v", err)
+	}
+	npm, err := exec.LookPath("npm")
+	if err == nil {
+		_, err = exec.LookPath("node")
+	}
+	if err != nil {
+		if os.Getenv(testenv.EnvCI) == "" {
+			t.Skipf("TypeScript SDK tests skipped: %v", err)
+		}
+		t.Fatalf("TypeScript SDK tests need node and npm under CI: %v", err)
+	}
+	src := filepath.Join(dir, "sdk-typescript")
+	copyTree(t, typescriptSDKDir, src)
+	run(t, src, npm, "ci", "--no-audit", "--no-fund")
+	run(t, src, npm, "run", "build")
+}
+
+// typescriptCommand runs the built scenario (sdk/typescript/conformance/scenario.ts).
+func typescriptCommand(dir string) []string {
+	return []string{"node", filepath.Join(dir, "sdk-typescript", "dist", "conformance", "scenario.js")}
+}

@@ -1,0 +1,233 @@
+"""The worker runtime against a real replica (lease 2 s, heartbeats every 0.5 s)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+import taskforge
+
+Start = Callable[..., Any]
+
+
+def history(client: taskforge.Client, queue: str, task_id: str) -> list[str]:
+    return [a.status for a in client.get_task(queue, task_id).attempt_history]
+
+
+def test_ack_with_result_and_progress_past_the_lease(client: taskforge.Client, queue: str, start_worker: Start) -> None:
+    def handler(job: taskforge.Job) -> Any:
+        job.progress({"step": 1})
+        time.sleep(2.6)  # past the 2 s lease: heartbeats keep it
+        return {"echo": job.payload, "attempt": job.attempt}
+
+    start_worker(queue, handler, concurrency=2)
+    t = client.enqueue(queue, {"a": 1})
+    done = client.wait_task(queue, t.id, timeout=20)
+    assert done.status == "done" and done.result == {"echo": {"a": 1}, "attempt": 1}
+    assert done.progress == {"step": 1}
+    assert [a.status for a in done.attempt_history] == ["succeeded"]
+
+
+def test_retry_after_permanent_and_plain_exceptions(client: taskforge.Client, queue: str, start_worker: Start) -> None:
+    def handler(job: taskforge.Job) -> Any:
+        kind = job.payload["kind"]
+        if kind == "retry" and job.attempt == 1:
+            raise taskforge.RetryableError("try later", retry_after=0.3)
+        if kind == "permanent":
+            raise taskforge.PermanentError("bad payload")
+        if kind == "crash" and job.attempt == 1:
+            raise KeyError("missing")
+        return kind
+
+    start_worker(queue, handler, concurrency=3)
+    retry = client.enqueue(queue, {"kind": "retry"})
+    permanent = client.enqueue(queue, {"kind": "permanent"}, max_retries=5)
+    crash = client.enqueue(queue, {"kind": "crash"})
+
+    r = client.wait_task(queue, retry.id, timeout=20)
+    assert r.status == "done" and r.result == "retry"
+    a1, a2 = r.attempt_history
+    assert (a1.status, a1.error, a2.status) == ("failed", "try later", "succeeded")
+    assert a1.finished_at and a2.started_at and (a2.started_at - a1.finished_at).total_seconds() >= 0.3
+
+    p = client.wait_task(queue, permanent.id, timeout=20)
+    assert p.status == "dead" and [a.status for a in p.attempt_history] == ["failed"]
+    assert p.last_error == "bad payload"
+
+    c = client.wait_task(queue, crash.id, timeout=20)
+    assert c.status == "done"
+    err = c.attempt_history[0].error or ""
+    assert err.startswith("KeyError: 'missing'") and "Traceback" in err
+
+
+def test_snooze_spends_no_retry(client: taskforge.Client, queue: str, start_worker: Start) -> None:
+    def handler(job: taskforge.Job) -> Any:
+        if job.attempt <= 2:
+            raise taskforge.Snooze(0.2)
+        return "ok"
+
+    start_worker(queue, handler)
+    t = client.enqueue(queue, None, max_retries=0)
+    done = client.wait_task(queue, t.id, timeout=20)
+    assert done.status == "done" and done.releases == 2
+    assert [a.status for a in done.attempt_history] == ["released", "released", "succeeded"]
+    assert "snoozed for 0.2s" in (done.attempt_history[0].error or "")
+
+
+def test_cancel_requested_reaches_the_handler(client: taskforge.Client, queue: str, start_worker: Start) -> None:
+    started = threading.Event()
+    reasons: list[Any] = []
+
+    def handler(job: taskforge.Job) -> Any:
+        started.set()
+        job.wait(15)
+        reasons.append(job.stop_reason)
+        job.raise_if_stopping()
+        return "finished"
+
+    start_worker(queue, handler)
+    t = client.enqueue(queue, None)
+    assert started.wait(10)
+    assert client.cancel_task(queue, t.id).cancel_requested
+    done = client.wait_task(queue, t.id, timeout=10)
+    assert done.status == "cancelled"
+    assert isinstance(reasons[0], taskforge.TaskCancelled)
+    assert done.attempt_history[0].error == "cancelled while executing"
+
+
+def test_timeout_reaches_the_handler(client: taskforge.Client, queue: str, start_worker: Start) -> None:
+    reasons: list[Any] = []
+
+    def handler(job: taskforge.Job) -> Any:
+        job.wait(10)
+        reasons.append(job.stop_reason)
+        job.raise_if_stopping()
+
+    start_worker(queue, handler)
+    t = client.enqueue(queue, None, timeout_seconds=1, max_retries=0)
+    done = client.wait_task(queue, t.id, timeout=15)
+    assert [a.status for a in done.attempt_history] == ["timed_out"]
+    deadline = time.monotonic() + 10  # the server may end the attempt before the handler hears
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert isinstance(reasons[0], taskforge.TaskTimedOut)
+
+
+def test_stop_releases_tasks_in_hand_without_spending_budget(
+    client: taskforge.Client, queue: str, start_worker: Start
+) -> None:
+    held = threading.Semaphore(0)
+
+    def handler(job: taskforge.Job) -> Any:
+        held.release()
+        job.wait()
+        assert isinstance(job.stop_reason, taskforge.WorkerStopping)
+
+    r = start_worker(queue, handler, concurrency=2, shutdown_grace=0.3)
+    ids = [client.enqueue(queue, {"n": i}, max_retries=0).id for i in range(2)]
+    assert held.acquire(timeout=10) and held.acquire(timeout=10)
+    began = time.monotonic()
+    r.stop()
+    assert time.monotonic() - began < 5  # the open long poll is abandoned, not waited out
+    for i in ids:
+        t = client.get_task(queue, i)
+        assert t.status in ("pending", "claimed") and t.releases == 1 and t.attempts == 1
+        assert [a.status for a in t.attempt_history] == ["released"]
+
+
+def test_short_tasks_prefetch_and_ack_on_polls(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"ack": 0, "ack_batch": 0, "poll_acks": 0, "prefetch": 0}
+    orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch, taskforge.Client.poll
+
+    def ack(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["ack"] += 1
+        return orig_ack(self, *a, **k)
+
+    def ack_batch(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["ack_batch"] += 1
+        return orig_batch(self, *a, **k)
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["poll_acks"] += len(k.get("acks") or [])
+        calls["prefetch"] += bool(k.get("prefetch"))
+        return orig_poll(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "ack", ack)
+    monkeypatch.setattr(taskforge.Client, "ack_batch", ack_batch)
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+
+    n = 40
+    tasks = client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(n)])
+
+    def handler(job: taskforge.Job) -> Any:
+        time.sleep(0.01)
+        return job.payload * 2
+
+    start_worker(queue, handler, concurrency=2, prefetch=2)
+    for t in tasks:
+        assert client.wait_task(queue, t.id, timeout=30).result == t.payload * 2
+    assert calls["poll_acks"] > 0, calls  # with every slot busy, acks ride on the next poll
+    assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
+
+
+def test_bad_queue_name_ends_run(url: str) -> None:
+    w = taskforge.Worker(url, poll_wait=0.5)
+    w.handle("not a valid name!", lambda job: None)
+    with pytest.raises(taskforge.InvalidRequest):
+        w.run(handle_signals=False)
+
+
+def test_outage_is_retried_and_stop_still_returns() -> None:
+    w = taskforge.Worker("http://127.0.0.1:1", poll_wait=0.5, retry_min=0.05, retry_max=0.2)
+    w.handle("q", lambda job: None)
+    t = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    time.sleep(1)
+    assert t.is_alive()  # polls failed and were retried: run goes on
+    w.stop()
+    t.join(5)
+    assert not t.is_alive()
+
+
+def test_heartbeats_failing_past_the_lease_stop_the_handler(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = threading.Event()
+    failing.set()
+    # Both heartbeat routes fail: batch rounds, or one per task on a server without them.
+    for name in ("heartbeat", "heartbeat_batch"):
+        orig = getattr(taskforge.Client, name)
+
+        def fail(self: taskforge.Client, *a: Any, _orig: Any = orig, **k: Any) -> Any:
+            if failing.is_set():
+                raise taskforge.Unavailable(0, "unavailable", "injected outage")
+            return _orig(self, *a, **k)
+
+        monkeypatch.setattr(taskforge.Client, name, fail)
+    reasons: list[Any] = []
+
+    def handler(job: taskforge.Job) -> Any:
+        if job.attempt == 1:
+            job.wait(15)
+            reasons.append(job.stop_reason)
+            failing.clear()
+            return "too late"  # not reported: the lease is gone
+        return "second"
+
+    start_worker(queue, handler)
+    t = client.enqueue(queue, None)
+    done = client.wait_task(queue, t.id, timeout=30)
+    # The server reclaims first: the worker's estimate of the expiry errs late
+    # (the Date header counts whole seconds), so that it never gives up a lease
+    # the server still honours.
+    deadline = time.monotonic() + 10
+    while not reasons and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert isinstance(reasons[0], taskforge.LeaseExpired)
+    assert done.status == "done" and done.result == "second"
+    assert [a.status for a in done.attempt_history] == ["abandoned", "succeeded"]
