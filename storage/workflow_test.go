@@ -424,3 +424,25 @@ func TestWorkflowRetention(t *testing.T) {
 	}
 	checkTally(t, s, "q")
 }
+
+// BenchmarkWorkflowSubmit1000 submits a 1,000-step fan-out / fan-in (one source,
+// 998 middle steps, one sink): one transaction, a handful of statements.
+func BenchmarkWorkflowSubmit1000(b *testing.B) {
+	s := testenv.NewStore(b)
+	if _, err := s.CreateQueue(context.Background(), storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 10, BackoffMaxMs: 100}); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		steps := []storage.NewStep{step("src", "q")}
+		var mids []string
+		for j := 0; j < 998; j++ {
+			name := fmt.Sprintf("m%d", j)
+			mids = append(mids, name)
+			steps = append(steps, step(name, "q", "src"))
+		}
+		steps = append(steps, step("sink", "q", mids...))
+		if _, err := s.SubmitWorkflow(context.Background(), storage.NewWorkflow{ID: uuid.Must(uuid.NewV7()), Steps: steps}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
