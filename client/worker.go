@@ -453,6 +453,9 @@ func (r *runner) start(t PolledTask, recv, date time.Time) {
 		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken, stopHB: make(chan struct{})}
 	j.extend(recv, t.LeaseExpiresAt, date)
 	j.report = func(ctx context.Context, progress json.RawMessage) error { return r.reportProgress(ctx, j, progress) }
+	if t.WorkflowID != nil && t.Step != nil {
+		j.WorkflowID, j.Step = *t.WorkflowID, *t.Step
+	}
 	base := r.handlerBase
 	if t.Traceparent != nil {
 		j.Traceparent = *t.Traceparent
