@@ -826,7 +826,7 @@ const workflowColumns = `id, name, status, idempotency_key, fingerprint, created
 const insertWorkflow = `INSERT INTO workflows (id, name, status, idempotency_key, fingerprint, steps_left)
 VALUES ($1, $2, 'running', $3, $4, $5)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id`
+RETURNING id, created_at`
 
 const workflowByIdempotencyKey = `SELECT id, fingerprint FROM workflows WHERE idempotency_key = $1`
 

@@ -267,7 +267,8 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 		}
 
 		var id uuid.UUID
-		err = tx.QueryRow(ctx, insertWorkflow, w.ID, w.Name, w.IdempotencyKey, w.Fingerprint, n).Scan(&id)
+		var createdAt time.Time
+		err = tx.QueryRow(ctx, insertWorkflow, w.ID, w.Name, w.IdempotencyKey, w.Fingerprint, n).Scan(&id, &createdAt)
 		if errors.Is(err, pgx.ErrNoRows) && w.IdempotencyKey != nil {
 			var prevFP []byte
 			if err := tx.QueryRow(ctx, workflowByIdempotencyKey, *w.IdempotencyKey).Scan(&id, &prevFP); err != nil {
@@ -302,7 +303,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 			}
 		}
 		out.Created = true
-		out.Workflow.ID = w.ID
+		out.Workflow = newWorkflowView(w, createdAt, blocked)
 		return nil
 	})
 	if err != nil {
@@ -311,12 +312,33 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 		}
 		return SubmittedWorkflow{}, fmt.Errorf("submit workflow: %w", err)
 	}
-	wf, err := s.GetWorkflow(ctx, out.Workflow.ID)
-	if err != nil {
-		return SubmittedWorkflow{}, err
+	if !out.Created { // the stored workflow, as it is now
+		wf, err := s.GetWorkflow(ctx, out.Workflow.ID)
+		if err != nil {
+			return SubmittedWorkflow{}, err
+		}
+		out.Workflow = wf
 	}
-	out.Workflow = wf
 	return out, nil
+}
+
+// newWorkflowView is the workflow w as just inserted, without reading it back.
+func newWorkflowView(w NewWorkflow, createdAt time.Time, blocked []bool) Workflow {
+	out := Workflow{ID: w.ID, Name: w.Name, Status: WorkflowRunning, IdempotencyKey: w.IdempotencyKey,
+		Fingerprint: w.Fingerprint, CreatedAt: createdAt, Steps: make([]WorkflowStep, len(w.Steps))}
+	for i, st := range w.Steps {
+		status, queue, attempts := StatusPending, st.Queue, 0
+		if blocked[i] {
+			status = StatusBlocked
+		}
+		deps := st.DependsOn
+		if deps == nil {
+			deps = []string{}
+		}
+		out.Steps[i] = WorkflowStep{WorkflowID: w.ID, Step: st.Step, Queue: &queue, TaskID: st.Task.ID,
+			Status: &status, DependsOn: deps, Attempts: &attempts}
+	}
+	return out
 }
 
 // GetWorkflow returns a workflow with its steps in the order submitted.
