@@ -297,9 +297,11 @@ func testWorkflows(t *testing.T, e *env) {
 	row := fmt.Sprintf(`#workflow-list tr[data-workflow="%s"]`, wf.ID)
 	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="done"]')?.textContent === '0/4'`, row), "the workflow's row")
 	page.click(row + " a")
+	page.waitJS(`location.hash.includes('id=')`, "the workflow's page")
 	node := func(step string) string { return fmt.Sprintf(`#wf-graph g.wf-node[data-step="%s"]`, step) }
+	// build waits in the buffer (claimed) or not yet (pending); deploy is blocked.
 	page.waitJS(fmt.Sprintf(`document.querySelectorAll('#wf-graph g.wf-node').length === 4 &&
-		document.querySelector('%s').classList.contains('s-pending') &&
+		/s-(pending|claimed)/.test(document.querySelector('%s').getAttribute('class')) &&
 		document.querySelector('%s').classList.contains('s-blocked')`, node("build"), node("deploy")), "the graph")
 	// deploy is drawn in the third column, right of test and lint.
 	x := func(step string) float64 {
@@ -311,7 +313,7 @@ func testWorkflows(t *testing.T, e *env) {
 	p := pollOne(t, s, "w1", "ci")
 	s.Ack("w1", p)
 	page.waitJS(fmt.Sprintf(`document.querySelector('%s')?.classList.contains('s-done') &&
-		document.querySelector('%s')?.classList.contains('s-pending')`, node("build"), node("test")), "build done, test unblocked")
+		/s-(pending|claimed)/.test(document.querySelector('%s')?.getAttribute('class'))`, node("build"), node("test")), "build done, test unblocked")
 	if id := eval[string](page, `document.querySelector('#workflow-steps tr[data-step="build"] a.chip').title`); id != p.ID {
 		t.Errorf("build's task link names %s, want %s", id, p.ID)
 	}
