@@ -448,3 +448,30 @@ func BenchmarkWorkflowSubmit1000(b *testing.B) {
 		}
 	}
 }
+
+// TestWorkflowReclaimedDeadStepFailsWorkflow: a step whose lease expired with no
+// budget left dies in the watchdog's statement, and its workflow fails with it.
+func TestWorkflowReclaimedDeadStepFailsWorkflow(t *testing.T) {
+	s := workflowStore(t, "q") // max_retries 0
+	ctx := context.Background()
+	w := submit(t, s, step("a", "q"), step("b", "q"), step("c", "q", "a", "b"))
+	got := claimAll(t, s, "q", "w")
+	if len(got) != 2 {
+		t.Fatalf("claimed %s", stepNames(got))
+	}
+	var a storage.Task
+	for _, x := range got {
+		if *x.Step == "a" {
+			a = x
+		}
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	reclaimed, err := s.ReclaimExpired(ctx, 10)
+	if err != nil || len(reclaimed) != 1 || reclaimed[0].Status != storage.StatusDead || *reclaimed[0].Step != "a" {
+		t.Fatalf("reclaim: %+v %v", reclaimed, err)
+	}
+	wantStatuses(t, s, w.ID, map[string]string{"workflow": "failed", "a": "dead", "b": "executing", "c": "cancelled"})
+	checkTally(t, s, "q")
+}
