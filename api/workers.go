@@ -396,8 +396,12 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 }
 
 func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
-	return []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
+	attrs := []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
 		attribute.String("taskforge.worker_id", workerID), attribute.Int("taskforge.attempt", t.Attempts)}
+	if t.WorkflowID != nil && t.Step != nil {
+		attrs = append(attrs, attribute.String("taskforge.workflow_id", t.WorkflowID.String()), attribute.String("taskforge.step", *t.Step))
+	}
+	return attrs
 }
 
 func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
