@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/storage"
@@ -185,8 +186,15 @@ func (s *Server) submitWorkflow(c *gin.Context) {
 		s.fail(c, forbidden(q))
 		return
 	}
-	out, err := s.store.SubmitWorkflow(c, w)
+	// The steps' spans join the submission's trace, as an enqueue's tasks do.
+	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
+	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.workflow.submit",
+		attribute.String("taskforge.workflow_id", w.ID.String()), attribute.Int("taskforge.steps", len(w.Steps)))
+	defer span.End()
+	w.Traceparent = telemetry.Traceparent(ctx)
+	out, err := s.store.SubmitWorkflow(ctx, w)
 	if err != nil {
+		span.RecordError(err)
 		s.fail(c, err)
 		return
 	}

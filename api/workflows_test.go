@@ -416,3 +416,21 @@ func BenchmarkWorkflowUnblockLatency(b *testing.B) {
 		})
 	}
 }
+
+// TestWorkflowStepsKeepTheSubmissionsTrace: every step's task carries the trace
+// context of POST /workflows, as an enqueue's tasks do.
+func TestWorkflowStepsKeepTheSubmissionsTrace(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	resp := testserver.Do(t, s.URL, "POST", "/workflows", map[string]any{"steps": []any{
+		map[string]any{"step": "a", "queue": "q", "payload": 1}}}, http.Header{"Traceparent": {tp}})
+	if resp.Status != 201 {
+		t.Fatalf("submit: %d %s", resp.Status, resp.Body)
+	}
+	p := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(p) != 1 || p[0].Traceparent == nil || !strings.Contains(*p[0].Traceparent, "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Fatalf("polled step: %+v", p)
+	}
+}

@@ -835,12 +835,13 @@ const workflowByIdempotencyKey = `SELECT id, fingerprint FROM workflows WHERE id
 const lockQueuesForWorkflow = `SELECT name, max_retries FROM queues WHERE name = ANY($1::text[])
 ORDER BY name FOR KEY SHARE`
 
-// insertWorkflowTasks inserts the steps' tasks of workflow $1: blocked when $11 (the
-// step has dependencies), else pending. $12: default budgets, per task.
+// insertWorkflowTasks inserts the steps' tasks of workflow $1: blocked when $10 (the
+// step has dependencies), else pending. $11: default budgets, per task; $12: the
+// submission's trace context.
 const insertWorkflowTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-	max_retries, timeout_seconds, workflow_id, step)
+	max_retries, timeout_seconds, workflow_id, step, traceparent)
 SELECT i.id, i.queue, i.payload::jsonb, i.priority, CASE WHEN i.blocked THEN 'blocked' ELSE 'pending' END,
-	coalesce(i.scheduled_at, now()), coalesce(i.max_retries, i.default_retries), i.timeout_seconds, $1, i.step
+	coalesce(i.scheduled_at, now()), coalesce(i.max_retries, i.default_retries), i.timeout_seconds, $1, i.step, $12
 FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
 	$9::text[], $10::bool[], $11::int[])
 	AS i(id, queue, payload, priority, scheduled_at, max_retries, timeout_seconds, step, blocked, default_retries)`

@@ -71,6 +71,9 @@ type NewWorkflow struct {
 	IdempotencyKey *string
 	Fingerprint    []byte // required when IdempotencyKey is set
 	Steps          []NewStep
+	// Traceparent is the W3C trace context of the submission, recorded with every
+	// step's task (nil: none).
+	Traceparent *string
 }
 
 // NewStep is one step of a NewWorkflow: a task of Queue (Task.ID set, nil fields
@@ -284,7 +287,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 			return err
 		}
 		if _, err := tx.Exec(ctx, insertWorkflowTasks, w.ID, ids, stepQueues, payloads, priorities,
-			schedules, retries, timeouts, names, blocked, defaultRetries); err != nil {
+			schedules, retries, timeouts, names, blocked, defaultRetries, w.Traceparent); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, insertWorkflowSteps, w.ID, names, ords, deps, ids); err != nil {
