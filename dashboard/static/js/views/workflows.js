@@ -111,7 +111,7 @@ export function workflows() {
     loading = true;
     try {
       if (selected) renderOne(await api('GET', '/workflows/' + q(selected)));
-      else renderList((await api('GET', '/workflows?limit=100')).workflows || []);
+      else renderList((await api('GET', '/workflows?limit=25')).workflows || []);
       replace(problem);
     } catch (err) {
       replace(problem, errorBox(err));
