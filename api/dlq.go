@@ -117,8 +117,8 @@ func (s *Server) discardDead(c *gin.Context) {
 // replayed reports the tasks a replay created.
 func (s *Server) replayed(tasks []storage.Task) {
 	for _, t := range tasks {
-		s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: storage.StatusPending,
-			Reason: "replay of " + t.ReplayedFrom.String()})
+		s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: t.Status,
+			Reason: "replay of " + t.ReplayedFrom.String()}))
 	}
 }
 

@@ -31,9 +31,12 @@ const (
 	CodeLeaseLost           = "lease_lost"
 	CodeScheduleNotFound    = "schedule_not_found"
 	CodeScheduleExists      = "schedule_exists"
-	CodeUnavailable         = "unavailable"
-	CodeInternal            = "internal"
-	CodeClientClosed        = "client_closed_request"
+	CodeWorkflowNotFound    = "workflow_not_found"
+	// CodeWorkflowNotCancellable: DELETE /workflows/:id of a finished workflow.
+	CodeWorkflowNotCancellable = "workflow_not_cancellable"
+	CodeUnavailable            = "unavailable"
+	CodeInternal               = "internal"
+	CodeClientClosed           = "client_closed_request"
 )
 
 // StatusClientClosedRequest is recorded (metrics, logs) for requests whose caller
@@ -84,6 +87,8 @@ var storageErrors = []struct {
 	{storage.ErrIdempotencyConflict, http.StatusConflict, CodeIdempotencyConflict},
 	{storage.ErrScheduleNotFound, http.StatusNotFound, CodeScheduleNotFound},
 	{storage.ErrScheduleExists, http.StatusConflict, CodeScheduleExists},
+	{storage.ErrWorkflowNotFound, http.StatusNotFound, CodeWorkflowNotFound},
+	{storage.ErrWorkflowNotCancellable, http.StatusConflict, CodeWorkflowNotCancellable},
 }
 
 // toAPIError turns any error into the API error to report.
@@ -105,10 +110,13 @@ func toAPIError(err error) *Error {
 			msg := m.err.Error()
 			var conflict *storage.IdempotencyConflictError
 			var scheduled *storage.QueueHasSchedulesError
+			var missing *storage.QueueNotFoundError
 			if errors.As(err, &conflict) {
 				msg = conflict.Error()
 			} else if errors.As(err, &scheduled) {
 				msg = scheduled.Error()
+			} else if errors.As(err, &missing) {
+				msg = missing.Error()
 			}
 			return &Error{Status: m.status, Code: m.code, Message: msg}
 		}

@@ -197,6 +197,11 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	e.PATCH("/schedules/:name", s.updateSchedule)
 	e.DELETE("/schedules/:name", s.deleteSchedule)
 	e.POST("/schedules/:name/trigger", s.triggerSchedule)
+
+	e.POST("/workflows", s.submitWorkflow)
+	e.GET("/workflows", s.listWorkflows)
+	e.GET("/workflows/:id", s.getWorkflow)
+	e.DELETE("/workflows/:id", s.cancelWorkflow)
 	s.engine = e
 	return s, nil
 }

@@ -350,8 +350,8 @@ func (s *Server) cancelTask(c *gin.Context) {
 		c.JSON(http.StatusAccepted, t.Task)
 		return
 	}
-	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
-		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"})
+	s.cfg.Telemetry.Transition(ofStep(t.Task, telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
+		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"}))
 	s.AnnounceTerminal(c, id)
 	// The buffer may still hold the id; a claim would skip it anyway.
 	if err := s.buf.Remove(c, queue, id); err != nil {

@@ -69,6 +69,10 @@ type polledTask struct {
 	TimeoutSeconds      *int            `json:"timeout_seconds"`
 	// Traceparent is the enqueue's W3C trace context: the worker's span continues it.
 	Traceparent *string `json:"traceparent"`
+	// WorkflowID and Step name the workflow step the task runs (null for plain
+	// tasks); GET /workflows/:id shows the results of the step's dependencies.
+	WorkflowID *uuid.UUID `json:"workflow_id"`
+	Step       *string    `json:"step"`
 }
 
 func validWorkerID(id string) error {
@@ -182,7 +186,7 @@ func (s *Server) poll(c *gin.Context) {
 		out[i] = polledTask{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 			Attempt: t.Attempts, LeaseToken: *t.LeaseToken, LeaseExpiresAt: *t.LeaseExpiresAt,
 			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds,
-			Traceparent: t.Traceparent}
+			Traceparent: t.Traceparent, WorkflowID: t.WorkflowID, Step: t.Step}
 	}
 	body := gin.H{"tasks": out}
 	if len(out) == 0 && res.retryAfter > 0 {
@@ -379,8 +383,8 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 			s.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
 		}
 		for _, t := range claimed {
-			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
-				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt})
+			s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
+				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
 			s.cfg.Telemetry.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
 		}
 		out = append(out, claimed...)
@@ -392,8 +396,12 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 }
 
 func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
-	return []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
+	attrs := []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
 		attribute.String("taskforge.worker_id", workerID), attribute.Int("taskforge.attempt", t.Attempts)}
+	if t.WorkflowID != nil && t.Step != nil {
+		attrs = append(attrs, attribute.String("taskforge.workflow_id", t.WorkflowID.String()), attribute.String("taskforge.step", *t.Step))
+	}
+	return attrs
 }
 
 func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
@@ -423,8 +431,8 @@ func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason 
 	if t.AttemptStartedAt != nil {
 		took = t.UpdatedAt.Sub(*t.AttemptStartedAt) // both on the database clock
 	}
-	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
-		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason})
+	s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
+		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason}))
 	if terminal(t.Status) {
 		s.AnnounceTerminal(ctx, t.ID)
 	}

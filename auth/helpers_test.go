@@ -133,6 +133,15 @@ func (f fixtures) task(queue string) string {
 	return out.ID
 }
 
+// workflow submits a one-step workflow into queue and returns its id.
+func (f fixtures) workflow(queue string) string {
+	f.t.Helper()
+	var out struct{ ID string }
+	must(f.t, f.in, 201, request{method: "POST", path: "/workflows", token: f.admin,
+		body: map[string]any{"steps": []any{map[string]any{"step": "a", "queue": queue, "payload": 1}}}}).JSON(f.t, &out)
+	return out.ID
+}
+
 // lease enqueues a task in queue and polls it as worker "fixture": its id and
 // lease token.
 func (f fixtures) lease(queue string) (string, string) {

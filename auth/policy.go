@@ -89,6 +89,13 @@ var rules = map[string]Rule{
 	"DELETE /schedules/:name":       {Role: RoleAdmin, Audit: true},
 	"POST /schedules/:name/trigger": {Role: RoleAdmin, Audit: true},
 
+	// Workflows span queues: the handlers check a queue-restricted token against
+	// every queue a workflow names (submitting enqueues into each of them).
+	"POST /workflows":       {Role: RoleProducer},
+	"GET /workflows":        {Role: RoleProducer},
+	"GET /workflows/:id":    {Role: RoleProducer},
+	"DELETE /workflows/:id": {Role: RoleProducer, Audit: true},
+
 	"POST /tokens":       {Role: RoleAdmin, Audit: true},
 	"GET /tokens":        {Role: RoleAdmin},
 	"DELETE /tokens/:id": {Role: RoleAdmin, Audit: true},

@@ -38,6 +38,10 @@ var (
 	ErrScheduleNotFound = errors.New("schedule not found")
 	// ErrScheduleExists: a schedule of that name already exists (409).
 	ErrScheduleExists = errors.New("schedule already exists")
+	// ErrWorkflowNotFound: no workflow has the id (404).
+	ErrWorkflowNotFound = errors.New("workflow not found")
+	// ErrWorkflowNotCancellable: the workflow already finished (409).
+	ErrWorkflowNotCancellable = errors.New("workflow not cancellable")
 	// ErrUnavailable: the server, or PostgreSQL or Redis behind it, cannot serve now
 	// (503, 502, 504), or the server could not be reached at all. Retry later.
 	ErrUnavailable = errors.New("server unavailable")
@@ -61,24 +65,26 @@ var (
 
 // codes maps each API error code to its sentinel.
 var codes = map[string]error{
-	"schedule_not_found":   ErrScheduleNotFound,
-	"schedule_exists":      ErrScheduleExists,
-	"invalid_request":      ErrInvalidRequest,
-	"payload_too_large":    ErrPayloadTooLarge,
-	"not_found":            ErrNotFound,
-	"method_not_allowed":   ErrMethodNotAllowed,
-	"queue_not_found":      ErrQueueNotFound,
-	"queue_exists":         ErrQueueExists,
-	"queue_not_empty":      ErrQueueNotEmpty,
-	"task_not_found":       ErrTaskNotFound,
-	"task_not_cancellable": ErrTaskNotCancellable,
-	"idempotency_conflict": ErrIdempotencyConflict,
-	"lease_lost":           ErrLeaseLost,
-	"unavailable":          ErrUnavailable,
-	"internal":             ErrInternal,
-	"unauthorized":         ErrUnauthorized,
-	"forbidden":            ErrForbidden,
-	"rate_limited":         ErrRateLimited,
+	"schedule_not_found":       ErrScheduleNotFound,
+	"schedule_exists":          ErrScheduleExists,
+	"workflow_not_found":       ErrWorkflowNotFound,
+	"workflow_not_cancellable": ErrWorkflowNotCancellable,
+	"invalid_request":          ErrInvalidRequest,
+	"payload_too_large":        ErrPayloadTooLarge,
+	"not_found":                ErrNotFound,
+	"method_not_allowed":       ErrMethodNotAllowed,
+	"queue_not_found":          ErrQueueNotFound,
+	"queue_exists":             ErrQueueExists,
+	"queue_not_empty":          ErrQueueNotEmpty,
+	"task_not_found":           ErrTaskNotFound,
+	"task_not_cancellable":     ErrTaskNotCancellable,
+	"idempotency_conflict":     ErrIdempotencyConflict,
+	"lease_lost":               ErrLeaseLost,
+	"unavailable":              ErrUnavailable,
+	"internal":                 ErrInternal,
+	"unauthorized":             ErrUnauthorized,
+	"forbidden":                ErrForbidden,
+	"rate_limited":             ErrRateLimited,
 }
 
 // APIError is an error response of the TaskForge API:

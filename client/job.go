@@ -39,6 +39,10 @@ type Job struct {
 	// handler's context already carries it, so spans the handler starts join the
 	// producer's trace.
 	Traceparent string
+	// WorkflowID and Step name the workflow step the job runs ("" for a plain
+	// task); Client.GetWorkflow(ctx, WorkflowID) shows the results of the steps it
+	// depends on.
+	WorkflowID, Step string
 
 	result json.RawMessage
 	// report sends a heartbeat carrying progress; nil for a Job no worker runs.

@@ -24,6 +24,9 @@ type PolledTask struct {
 	TimeoutSeconds      *int      `json:"timeout_seconds"`
 	// Traceparent is the W3C trace context of the enqueue, when it had one.
 	Traceparent *string `json:"traceparent"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID *string `json:"workflow_id"`
+	Step       *string `json:"step"`
 }
 
 // PollRequest asks for tasks (POST /workers/poll).

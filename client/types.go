@@ -72,12 +72,15 @@ type Task struct {
 	ReplayedAt      *time.Time      `json:"replayed_at"`
 	// Releases counts attempts handed back by stopping workers; they do not spend
 	// the retry budget, so a task runs at most MaxRetries + 1 + Releases times.
-	Releases       int        `json:"releases"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-	FinishedAt     *time.Time `json:"finished_at"`
-	DiedAt         *time.Time `json:"died_at,omitempty"`
-	AttemptHistory []Attempt  `json:"attempt_history,omitempty"`
+	Releases   int        `json:"releases"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	DiedAt     *time.Time `json:"died_at,omitempty"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID     *string   `json:"workflow_id"`
+	Step           *string   `json:"step"`
+	AttemptHistory []Attempt `json:"attempt_history,omitempty"`
 
 	// Progress is the last progress the worker reported (Job.Progress) for the
 	// current or last attempt; null until one is, and again once the next starts.

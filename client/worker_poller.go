@@ -67,6 +67,9 @@ func (r *runner) poll(ctx context.Context) error {
 func (r *runner) newJob(t PolledTask, recv, date time.Time) *job {
 	j := &job{Job: &Job{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 		Attempt: t.Attempt, WorkerID: r.cfg.ID}, leaseToken: t.LeaseToken}
+	if t.WorkflowID != nil && t.Step != nil {
+		j.WorkflowID, j.Step = *t.WorkflowID, *t.Step
+	}
 	j.extend(recv, t.LeaseExpiresAt, date)
 	j.report = func(ctx context.Context, progress json.RawMessage) error { return r.reportProgress(ctx, j, progress) }
 	base := r.handlerBase

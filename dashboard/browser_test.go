@@ -37,6 +37,7 @@ func TestBrowser(t *testing.T) {
 		{"ReplayDeadTaskByClicking", testReplayDeadTask, nil},
 		{"PauseQueueFromPage", testPauseQueue, nil},
 		{"PauseAndRunScheduleFromPage", testSchedules, nil},
+		{"WorkflowGraphLiveAndCancel", testWorkflows, nil},
 		{"EditQueueSettings", testEditSettings, nil},
 		{"AuditLogListsOperatorActions", testAuditLog, nil},
 		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
@@ -277,6 +278,57 @@ func testSchedules(t *testing.T, e *env) {
 		return sch.LastTaskID != nil
 	})
 	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="task"] a')?.title === %q`, row, *sch.LastTaskID), "the last task's link")
+	page.checkClean()
+}
+
+// The Workflows tab lists a workflow and draws it as a graph, one node per step
+// coloured by its status, updated without a reload as steps finish; a node links to
+// its task, and Cancel reaches the API.
+func testWorkflows(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("ci", nil)
+	st := func(name string, deps ...string) map[string]any {
+		return map[string]any{"step": name, "queue": "ci", "payload": map[string]any{"step": name}, "depends_on": deps}
+	}
+	var wf struct{ ID string }
+	s.Must(http.StatusCreated, "POST", "/workflows", map[string]any{"name": "ci 4f2a9c1", "steps": []any{
+		st("build"), st("test", "build"), st("lint", "build"), st("deploy", "test", "lint")}}).JSON(t, &wf)
+	page := e.open("#/workflows")
+	row := fmt.Sprintf(`#workflow-list tr[data-workflow="%s"]`, wf.ID)
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s td[data-col="done"]')?.textContent === '0/4'`, row), "the workflow's row")
+	page.click(row + " a")
+	page.waitJS(`location.hash.includes('id=')`, "the workflow's page")
+	node := func(step string) string { return fmt.Sprintf(`#wf-graph g.wf-node[data-step="%s"]`, step) }
+	// build waits in the buffer (claimed) or not yet (pending); deploy is blocked.
+	page.waitJS(fmt.Sprintf(`document.querySelectorAll('#wf-graph g.wf-node').length === 4 &&
+		/s-(pending|claimed)/.test(document.querySelector('%s').getAttribute('class')) &&
+		document.querySelector('%s').classList.contains('s-blocked')`, node("build"), node("deploy")), "the graph")
+	// deploy is drawn in the third column, right of test and lint.
+	x := func(step string) float64 {
+		return eval[float64](page, fmt.Sprintf(`document.querySelector('%s').getBoundingClientRect().x`, node(step)))
+	}
+	if !(x("build") < x("test") && x("test") == x("lint") && x("lint") < x("deploy")) {
+		t.Errorf("layers: build %v, test %v, lint %v, deploy %v", x("build"), x("test"), x("lint"), x("deploy"))
+	}
+	p := pollOne(t, s, "w1", "ci")
+	s.Ack("w1", p)
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s')?.classList.contains('s-done') &&
+		/s-(pending|claimed)/.test(document.querySelector('%s')?.getAttribute('class'))`, node("build"), node("test")), "build done, test unblocked")
+	if id := eval[string](page, `document.querySelector('#workflow-steps tr[data-step="build"] a.chip').title`); id != p.ID {
+		t.Errorf("build's task link names %s, want %s", id, p.ID)
+	}
+	page.screenshot("workflows", true)
+	page.click("#workflow-cancel")
+	page.waitJS(`document.querySelector('dialog.confirm[open]') !== null`, "the confirmation")
+	page.click(`dialog.confirm[open] button[value="ok"]`)
+	testserver.Eventually(t, 5*time.Second, "the API to report the workflow cancelled", func() bool {
+		var got struct{ Status string }
+		s.Must(http.StatusOK, "GET", "/workflows/"+wf.ID, nil).JSON(t, &got)
+		return got.Status == "cancelled"
+	})
+	page.waitJS(fmt.Sprintf(`document.querySelector('%s')?.classList.contains('s-cancelled')`, node("deploy")), "deploy cancelled")
+	page.click(node("build"))
+	page.waitJS(fmt.Sprintf(`location.hash.includes('task=%s')`, p.ID), "the build node to open its task")
 	page.checkClean()
 }
 

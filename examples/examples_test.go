@@ -103,3 +103,39 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestWorkflowExampleRunsThePipeline: the CI pipeline example submits its workflow,
+// runs build, then test and lint, then deploy, and reports success; a second run
+// finds the same workflow (its idempotency key) already succeeded.
+func TestWorkflowExampleRunsThePipeline(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "workflow"), "./workflow")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build workflow: %v\n%s", err, out)
+	}
+	var first string
+	for i := range 2 {
+		cmd := exec.Command(filepath.Join(dir, "workflow"))
+		cmd.Env = append(os.Environ(), "TASKFORGE_URL="+s.URL)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("run %d: %v\n%s%s", i+1, err, stdout.String(), stderr.String())
+		}
+		out := strings.TrimSpace(stdout.String())
+		if !strings.HasPrefix(out, "workflow ") || !strings.HasSuffix(out, " succeeded") || (first != "" && out != first) {
+			t.Fatalf("run %d printed %q (first run: %q)", i+1, out, first)
+		}
+		first = out
+		if i == 0 {
+			logs := stderr.String()
+			at := func(s string) int { return strings.Index(logs, s) }
+			b, ts, l, d := at("step build done"), at("step test done"), at("step lint done"), at("step deploy done")
+			if b < 0 || ts < b || l < b || d < ts || d < l || !strings.Contains(logs, `build gave {"artifact":"app-4f2a9c1.tar.gz"}`) {
+				t.Fatalf("steps out of order or missing:\n%s", logs)
+			}
+		}
+	}
+}

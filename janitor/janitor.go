@@ -45,7 +45,7 @@ func (c Config) WithDefaults() Config {
 
 // Batch describes one delete statement the janitor ran.
 type Batch struct {
-	Table    string        // "tasks", "audit_log" or "workers" (swept last)
+	Table    string        // "tasks", "workflows", "audit_log" or "workers" (swept last)
 	Deleted  int           // rows deleted (a task's attempts are not counted)
 	Duration time.Duration // the whole transaction, as the janitor measured it
 }
@@ -89,8 +89,13 @@ func (j *Janitor) Run(ctx context.Context) error {
 	}
 }
 
-// SweepOnce deletes, batch by batch, every done or cancelled task that finished more
-// than Retention ago, then the audit entries older than AuditRetention, then every
+// WorkflowBatchDivisor: a retention batch deletes BatchSize/WorkflowBatchDivisor
+// workflows (at least one), since each holds up to 1,000 tasks.
+const WorkflowBatchDivisor = 50
+
+// SweepOnce deletes, batch by batch, every done or cancelled plain task that finished
+// more than Retention ago, then every workflow that finished more than Retention ago
+// and holds no unfinished or dead task, whole with its tasks, then the audit entries older than AuditRetention, then every
 // worker silent for longer than Retention. It returns how many rows it deleted
 // (tasks, audit entries and workers; attempts, which go with their tasks, are not
 // counted) and the first error, which ends the sweep.
@@ -102,6 +107,26 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 	})
 	if err != nil {
 		return deleted, err
+	}
+	// Finished workflows go whole, each with all its tasks, a few per transaction
+	// (a workflow may hold 1,000 tasks); a batch that deletes fewer than asked ends.
+	perBatch := max(1, j.cfg.BatchSize/WorkflowBatchDivisor)
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		start := time.Now()
+		n, err := j.store.DeleteExpiredWorkflows(ctx, j.cfg.Retention, perBatch, j.cfg.BatchTimeout)
+		if err != nil {
+			return deleted, err
+		}
+		deleted += int(n)
+		if j.OnBatch != nil {
+			j.OnBatch(Batch{Table: "workflows", Deleted: int(n), Duration: time.Since(start)})
+		}
+		if int(n) < perBatch {
+			break
+		}
 	}
 	if _, err := j.store.DeleteOldTallyBuckets(ctx, storage.TallyBucketKeep); err != nil {
 		return deleted, err

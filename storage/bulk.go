@@ -24,6 +24,9 @@ type BulkCancelled struct {
 	FromStatus string    `db:"from_status"` // executing: flagged cancel_requested, still running
 	Attempts   int       `db:"attempts"`
 	CreatedAt  time.Time `db:"created_at"` // the keyset position of the batch
+	// WorkflowID and Step name the workflow step the task ran; nil for plain tasks.
+	WorkflowID *uuid.UUID `db:"workflow_id"`
+	Step       *string    `db:"step"`
 }
 
 // CancelWaiting cancels every task of queue whose status is one of statuses, batch

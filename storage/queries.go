@@ -29,7 +29,7 @@ const lockQueueForDelete = `SELECT name FROM queues WHERE name = $1 FOR UPDATE`
 // holdsLiveTasks: does the queue hold a task that is not finished (or is dead)?
 // EXISTS stops at the first, however large the backlog.
 const holdsLiveTasks = `SELECT EXISTS (SELECT 1 FROM tasks
-WHERE queue = $1 AND status IN ('pending', 'claimed', 'executing', 'retry', 'dead'))`
+WHERE queue = $1 AND status IN ('pending', 'blocked', 'claimed', 'executing', 'retry', 'dead'))`
 
 const deleteQueue = `DELETE FROM queues WHERE name = $1`
 
@@ -40,14 +40,15 @@ const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
-	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule`
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
+	workflow_id, step`
 
 // taskColumnsOf is taskColumns qualified by the alias t.
 const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule`
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step`
 
 // insertTasks inserts a batch in input order ($12: the schedule that fired them, or
 // NULL). A task whose idempotency key is already
@@ -88,19 +89,27 @@ ORDER BY created_at DESC, id DESC
 LIMIT $8`
 
 // cancelTask ends a waiting task at once, or flags an executing one for its worker.
-// It returns the task and the status it had.
-const cancelTask = `WITH prev AS (
-	SELECT id, status FROM tasks
-	WHERE queue = $1 AND id = $2 AND status IN ('pending', 'claimed', 'retry', 'executing')
+// It returns the task and the status it had. A workflow step it cancels ends its
+// workflow cancelled (stepsEnded).
+var cancelTask = `WITH wf_locked AS MATERIALIZED (
+	SELECT w.id FROM workflows w
+	WHERE w.id = (SELECT workflow_id FROM tasks WHERE queue = $1 AND id = $2)
 	FOR UPDATE
-)
+), prev AS (
+	SELECT id, status FROM tasks
+	WHERE queue = $1 AND id = $2 AND status IN ('pending', 'blocked', 'claimed', 'retry', 'executing')
+		AND (SELECT count(*) FROM wf_locked) >= 0
+	FOR UPDATE
+), cancelled AS (
 UPDATE tasks t SET
 	status = CASE WHEN prev.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
 	cancel_requested = (prev.status = 'executing'),
 	finished_at = CASE WHEN prev.status = 'executing' THEN t.finished_at ELSE now() END,
 	updated_at = now()
 FROM prev WHERE t.id = prev.id
-RETURNING ` + taskColumnsOf + `, prev.status AS from_status`
+RETURNING ` + taskColumnsOf + `, prev.status AS from_status
+)` + stepsEnded("cancelled") + `
+SELECT ` + taskColumns + `, from_status FROM cancelled`
 
 const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
 
@@ -300,21 +309,23 @@ ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
 
 // ackTasks acks a batch: each input row (task, token, worker, result) whose lease is
 // held marks its task done and its attempt succeeded. Rows whose lease is not held
-// change nothing and are simply absent from the result.
-const ackTasks = `WITH input AS (
+// change nothing and are simply absent from the result. The dependents of workflow
+// steps it finishes are unblocked in the same statement (stepsDone).
+var ackTasks = `WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
-), acked AS (
+), ` + workflowLockForIDs + `, acked AS (
 	UPDATE tasks t SET status = 'done', result = i.result::jsonb, finished_at = now(), updated_at = now(),
 		lease_expires_at = NULL, deadline_at = NULL
 	FROM input i
 	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
 		AND t.status = 'executing' AND t.lease_expires_at > now()
+		AND (SELECT count(*) FROM wf_locked) >= 0
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	UPDATE attempts a SET status = 'succeeded', finished_at = now()
 	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
-)
-SELECT ` + taskColumns + ` FROM acked`
+)` + stepsDone("acked") + `
+SELECT ` + taskColumns + ` FROM acked, woken`
 
 // backoffMs is the retry delay after failed attempt n = t.attempts (1-based):
 // min(base * 2^(n-1) + rand(0, base), max), from the queue q.
@@ -322,15 +333,16 @@ const backoffMs = `least(q.backoff_base_ms * power(2::float8, t.attempts - 1)
 	+ floor(random() * (q.backoff_base_ms + 1)), q.backoff_max_ms::float8)`
 
 // nackTask ends the current attempt as failed (or cancelled, when a cancel was
-// requested) and moves the task to retry, dead or cancelled.
-const nackTask = `WITH cur AS (
+// requested) and moves the task to retry, dead or cancelled; a workflow step that
+// ends dead or cancelled ends its workflow (stepsEnded).
+var nackTask = `WITH ` + workflowLockForID + `, cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
 			WHEN NOT $4 OR t.attempts - t.releases > t.max_retries THEN 'dead'
 			ELSE 'retry' END AS next_status,
 		now() + coalesce($5::float8, ` + backoffMs + `) * interval '1 millisecond' AS retry_at
 	FROM tasks t JOIN queues q ON q.name = t.queue
-	WHERE ` + leaseHeld + `
+	WHERE ` + leaseHeld + ` AND (SELECT count(*) FROM wf_locked) >= 0
 	FOR UPDATE OF t
 ), nacked AS (
 	UPDATE tasks t SET status = cur.next_status, last_error = $6, updated_at = now(),
@@ -343,17 +355,17 @@ const nackTask = `WITH cur AS (
 	UPDATE attempts a SET finished_at = now(), error = $6,
 		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
 	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
-)
+)` + stepsEnded("nacked") + `
 SELECT ` + taskColumns + ` FROM nacked`
 
 // releaseTask ends the current attempt as released, not counted against the retry
 // budget, and puts the task back in line where it was (pending, its scheduled_at
 // unchanged, so it keeps its place), or cancels it when a cancel was requested.
 // With a delay of $5 ms (a snooze) the task is due no earlier than now() + $5.
-const releaseTask = `WITH cur AS (
+var releaseTask = `WITH ` + workflowLockForID + `, cur AS (
 	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
 	FROM tasks t
-	WHERE ` + leaseHeld + `
+	WHERE ` + leaseHeld + ` AND (SELECT count(*) FROM wf_locked) >= 0
 	FOR UPDATE OF t
 ), released AS (
 	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = now(),
@@ -368,14 +380,14 @@ const releaseTask = `WITH cur AS (
 	UPDATE attempts a SET finished_at = now(), error = $4,
 		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
 	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
-)
+)` + stepsEnded("released") + `
 SELECT ` + taskColumns + ` FROM released`
 
 // reclaimExpired ends up to $1 attempts whose lease (which never outlives the
 // attempt's deadline) has expired: timed_out when the deadline passed, abandoned
 // otherwise, cancelled when a cancel was requested. The task retries while budget
 // remains, else it is dead. SKIP LOCKED lets several watchdogs run at once.
-const reclaimExpired = `WITH cur AS (
+var reclaimExpired = `WITH cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
 			WHEN t.attempts - t.releases > t.max_retries THEN 'dead'
@@ -401,12 +413,13 @@ const reclaimExpired = `WITH cur AS (
 	FROM cur WHERE t.id = cur.id
 	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
 		-- attempts claimed before migration 0003 have no start on the task row
-		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at
+		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at,
+		t.workflow_id, t.step
 ), recorded AS (
 	UPDATE attempts a SET status = ended.outcome, finished_at = now(), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
-)
-SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at FROM ended`
+)` + stepsEnded("ended") + `
+SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at, workflow_id, step FROM ended`
 
 // workerHeartbeatAges: seconds since each worker seen within $1 ms last heartbeated.
 const workerHeartbeatAges = `SELECT id, extract(epoch FROM now() - last_heartbeat_at)::float8 FROM workers
@@ -439,8 +452,8 @@ WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
 ORDER BY finished_at, id
 FOR UPDATE`
 
-// replayDead creates a new pending task from each dead one and marks the dead ones
-// replayed; the dead tasks keep their history.
+// replayDead creates a new pending task from each dead one (keeping the schedule that
+// created it) and marks the dead ones replayed; the dead tasks keep their history.
 const replayDead = `WITH src AS (
 	SELECT t.*, u.ord FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, ord)
 	JOIN tasks t ON t.id = u.id
@@ -449,9 +462,9 @@ const replayDead = `WITH src AS (
 	FROM src WHERE t.id = src.id
 )
 INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
-	timeout_seconds, replayed_from)
+	timeout_seconds, replayed_from, schedule)
 SELECT gen_random_uuid(), src.queue, src.payload, src.priority, 'pending', now(), src.max_retries,
-	src.timeout_seconds, src.id
+	src.timeout_seconds, src.id, src.schedule
 FROM src ORDER BY src.ord
 RETURNING ` + taskColumns
 
@@ -467,13 +480,14 @@ const queueExists = `SELECT EXISTS (SELECT 1 FROM queues WHERE name = $1)`
 // setRetentionTimeouts bounds the rest of a retention transaction: $1 is in ms.
 const setRetentionTimeouts = `SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $1, true)`
 
-// deleteExpiredTasks deletes up to $2 done or cancelled tasks of any queue that
+// deleteExpiredTasks deletes up to $2 done or cancelled plain tasks of any queue that
 // finished more than $1 ms ago, oldest first through tasks_finished_idx; their
 // attempts go by ON DELETE CASCADE. SKIP LOCKED leaves rows that another transaction
 // holds to a later batch.
 const deleteExpiredTasks = `WITH doomed AS (
 	SELECT id FROM tasks
 	WHERE status IN ('done', 'cancelled') AND finished_at < now() - $1 * interval '1 millisecond'
+		AND workflow_id IS NULL -- workflows go whole (expiredWorkflows)
 	ORDER BY finished_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
@@ -660,41 +674,45 @@ const resealSchedule = `UPDATE schedules SET payload = $2::jsonb WHERE name = $1
 // had and its position. bulkCancelWaitingAfter is the same from before the keyset
 // position ($4, $5): each batch starts where the last ended, as an index condition,
 // rather than rescanning the entries its predecessors left behind.
-const bulkCancelWaiting = bulkCancelWaitingHead + bulkCancelWaitingTail
+var bulkCancelWaiting = bulkCancelWaitingHead + bulkCancelWaitingTail
 
-const bulkCancelWaitingAfter = bulkCancelWaitingHead + `
+var bulkCancelWaitingAfter = bulkCancelWaitingHead + `
 		AND (created_at, id) < ($4, $5::uuid)` + bulkCancelWaitingTail
 
 const bulkCancelWaitingHead = `WITH c AS (
 	SELECT id, status, created_at FROM tasks
 	WHERE queue = $1 AND status = $2`
 
-const bulkCancelWaitingTail = `
+var bulkCancelWaitingTail = `
 	ORDER BY created_at DESC, id DESC
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-)
-UPDATE tasks t SET status = 'cancelled', finished_at = now(), updated_at = now()
-FROM c WHERE t.id = c.id
-RETURNING t.id, c.status AS from_status, t.attempts, c.created_at`
+), bulk AS (
+	UPDATE tasks t SET status = 'cancelled', finished_at = now(), updated_at = now()
+	FROM c WHERE t.id = c.id
+	RETURNING t.id, c.status AS from_status, t.attempts, c.created_at, t.status, t.workflow_id, t.step
+)` + stepsEnded("bulk") + `
+SELECT id, from_status, attempts, created_at, workflow_id, step FROM bulk`
 
 // bulkCancelIDs cancels the tasks $2 of queue $1 as cancelTask does one: a waiting
 // task ends cancelled, an executing one is flagged for its worker; finished tasks
 // and ids of no task of the queue are left alone.
-const bulkCancelIDs = `WITH c AS (
+var bulkCancelIDs = `WITH c AS (
 	SELECT id, status FROM tasks
 	WHERE queue = $1 AND id = ANY($2::uuid[])
 		AND status IN ('pending', 'claimed', 'retry', 'blocked', 'executing')
 	ORDER BY id
 	FOR UPDATE
-)
-UPDATE tasks t SET
-	status = CASE WHEN c.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
-	cancel_requested = (c.status = 'executing'),
-	finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
-	updated_at = now()
-FROM c WHERE t.id = c.id
-RETURNING t.id, c.status AS from_status, t.attempts, t.created_at`
+), bulk AS (
+	UPDATE tasks t SET
+		status = CASE WHEN c.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+		cancel_requested = (c.status = 'executing'),
+		finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
+		updated_at = now()
+	FROM c WHERE t.id = c.id
+	RETURNING t.id, c.status AS from_status, t.attempts, t.created_at, t.status, t.workflow_id, t.step
+)` + stepsEnded("bulk") + `
+SELECT id, from_status, attempts, created_at, workflow_id, step FROM bulk`
 
 // bulkDiscardDead deletes up to $4 dead tasks of queue $1: those among $2, or any
 // when $3. Their attempts go by ON DELETE CASCADE.
@@ -712,3 +730,239 @@ const anyWithStatus = `SELECT EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND s
 // anyDead: does queue $1 still hold a dead task among $2 (any, when $3)?
 const anyDead = `SELECT EXISTS (SELECT 1 FROM tasks
 WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[])))`
+
+// Workflows (workflow.go; migration 0011). A workflow's bookkeeping rides inside the
+// statements that end its steps' tasks, so it commits with them or not at all:
+//   - workflowLockFor* lock the workflows of the tasks a statement is about to end
+//     before any of those tasks, in id order: every statement that touches a
+//     workflow takes the workflow first, so two of them never deadlock on it.
+//   - stepsDone (after an ack) moves the dependents whose dependencies are now all
+//     done from blocked to pending, wakes the dispatchers of their queues (NOTIFY on
+//     commit, as an enqueue does), and ends the workflow succeeded with its last step.
+//   - stepsEnded (after a task ended dead or cancelled) cancels every other
+//     unfinished step (executing ones get cancel_requested), each with a last_error
+//     naming the step, and ends the workflow failed or cancelled.
+// Only the current task of a step counts (workflow_steps.task_id): a task a resume
+// replaced changes nothing when it ends. Each statement reads workflow_steps in its
+// own snapshot; where a resume may have committed since, the update re-checks the row
+// it changes (task_id, generation) as PostgreSQL re-reads a row updated concurrently.
+
+// workflowLockForIDs: the workflows of the tasks $1, locked in id order. Used as an
+// InitPlan ("AND (SELECT count(*) FROM wf_locked) >= 0") so it runs before the
+// statement locks any task.
+const workflowLockForIDs = `wf_locked AS MATERIALIZED (
+	SELECT w.id FROM workflows w
+	WHERE w.id IN (SELECT workflow_id FROM tasks WHERE id = ANY($1::uuid[]) AND workflow_id IS NOT NULL)
+	ORDER BY w.id
+	FOR UPDATE
+)`
+
+// workflowLockForID is workflowLockForIDs for the one task $1.
+const workflowLockForID = `wf_locked AS MATERIALIZED (
+	SELECT w.id FROM workflows w
+	WHERE w.id = (SELECT workflow_id FROM tasks WHERE id = $1)
+	FOR UPDATE
+)`
+
+// stepsDone follows the CTE named src (task rows just made done: id, workflow_id,
+// step). The final SELECT must read woken (one row) so that its NOTIFYs run.
+func stepsDone(src string) string {
+	return `, done_steps AS MATERIALIZED (
+	SELECT s.id, s.workflow_id, s.step, w.generation FROM ` + src + ` s
+	JOIN workflow_steps ws ON ws.task_id = s.id
+	JOIN workflows w ON w.id = s.workflow_id
+	WHERE s.workflow_id IS NOT NULL
+), freed AS (
+	UPDATE workflow_steps c SET waiting_on = c.waiting_on - d.n
+	FROM (SELECT e.workflow_id, e.child, cs.task_id, count(*) AS n
+		FROM done_steps s
+		JOIN workflow_edges e ON e.workflow_id = s.workflow_id AND e.parent = s.step
+		JOIN workflow_steps cs ON cs.workflow_id = e.workflow_id AND cs.step = e.child
+		GROUP BY 1, 2, 3) d
+	WHERE c.workflow_id = d.workflow_id AND c.step = d.child AND c.task_id = d.task_id
+	RETURNING c.task_id, c.waiting_on
+), unblocked AS (
+	UPDATE tasks t SET status = 'pending', scheduled_at = greatest(t.scheduled_at, now()), updated_at = now()
+	FROM freed f WHERE t.id = f.task_id AND f.waiting_on = 0 AND t.status = 'blocked'
+	RETURNING t.queue
+), progressed AS (
+	UPDATE workflows w SET steps_left = w.steps_left - d.n, updated_at = now(),
+		status = CASE WHEN w.status = 'running' AND w.steps_left = d.n THEN 'succeeded' ELSE w.status END,
+		finished_at = CASE WHEN w.status = 'running' AND w.steps_left = d.n THEN now() ELSE w.finished_at END
+	FROM (SELECT workflow_id, generation, count(*) AS n FROM done_steps GROUP BY 1, 2) d
+	WHERE w.id = d.workflow_id AND w.generation = d.generation
+	RETURNING w.id
+), woken AS (
+	SELECT count(pg_notify('` + DueChannel + `', q.queue)) AS notified FROM (SELECT DISTINCT queue FROM unblocked) q
+)`
+}
+
+// stepsEnded follows the CTE named src (task rows just ended: id, workflow_id, step,
+// status); those dead or cancelled end their workflows. When several steps of one
+// workflow end in one statement, a dead one names the failure.
+func stepsEnded(src string) string {
+	return `, failed_steps AS MATERIALIZED (
+	SELECT DISTINCT ON (s.workflow_id) s.workflow_id, s.step, s.status, w.generation FROM ` + src + ` s
+	JOIN workflow_steps ws ON ws.task_id = s.id
+	JOIN workflows w ON w.id = s.workflow_id
+	WHERE s.workflow_id IS NOT NULL AND s.status IN ('dead', 'cancelled')
+	ORDER BY s.workflow_id, s.status = 'dead' DESC, s.step
+), ended_workflows AS (
+	UPDATE workflows w SET status = CASE WHEN f.status = 'dead' THEN 'failed' ELSE 'cancelled' END,
+		finished_at = now(), updated_at = now()
+	FROM failed_steps f
+	WHERE w.id = f.workflow_id AND w.status = 'running' AND w.generation = f.generation
+	RETURNING w.id, f.step, f.status AS step_status
+), cascaded AS (
+	UPDATE tasks t SET
+		status = CASE WHEN t.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+		cancel_requested = (t.status = 'executing'),
+		finished_at = CASE WHEN t.status = 'executing' THEN t.finished_at ELSE now() END,
+		last_error = 'workflow step ' || e.step
+			|| CASE WHEN e.step_status = 'dead' THEN ' died' ELSE ' was cancelled' END,
+		updated_at = now()
+	FROM ended_workflows e JOIN workflow_steps ws ON ws.workflow_id = e.id
+	WHERE t.id = ws.task_id AND t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
+		AND t.id NOT IN (SELECT id FROM ` + src + `)
+	RETURNING t.id
+)`
+}
+
+const workflowColumns = `id, name, status, idempotency_key, fingerprint, created_at, finished_at`
+
+// insertWorkflow creates a workflow; nothing is returned when its idempotency key is
+// taken (ON CONFLICT waits for a concurrent holder, so identical concurrent
+// submissions create one workflow).
+const insertWorkflow = `INSERT INTO workflows (id, name, status, idempotency_key, fingerprint, steps_left)
+VALUES ($1, $2, 'running', $3, $4, $5)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, created_at`
+
+const workflowByIdempotencyKey = `SELECT id, fingerprint FROM workflows WHERE idempotency_key = $1`
+
+// lockQueuesForWorkflow reads the named queues' default budgets, holding KEY SHARE as
+// lockQueueForEnqueue does.
+const lockQueuesForWorkflow = `SELECT name, max_retries FROM queues WHERE name = ANY($1::text[])
+ORDER BY name FOR KEY SHARE`
+
+// insertWorkflowTasks inserts the steps' tasks of workflow $1: blocked when $10 (the
+// step has dependencies), else pending. $11: default budgets, per task; $12: the
+// submission's trace context.
+const insertWorkflowTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+	max_retries, timeout_seconds, workflow_id, step, traceparent)
+SELECT i.id, i.queue, i.payload::jsonb, i.priority, CASE WHEN i.blocked THEN 'blocked' ELSE 'pending' END,
+	coalesce(i.scheduled_at, now()), coalesce(i.max_retries, i.default_retries), i.timeout_seconds, $1, i.step, $12
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
+	$9::text[], $10::bool[], $11::int[])
+	AS i(id, queue, payload, priority, scheduled_at, max_retries, timeout_seconds, step, blocked, default_retries)`
+
+const insertWorkflowSteps = `INSERT INTO workflow_steps (workflow_id, step, ord, depends_on, task_id, waiting_on)
+SELECT $1, i.step, i.ord, coalesce(string_to_array(i.deps, ','), '{}'), i.task_id,
+	cardinality(coalesce(string_to_array(i.deps, ','), '{}'))
+FROM unnest($2::text[], $3::int[], $4::text[], $5::uuid[]) AS i(step, ord, deps, task_id)`
+
+const insertWorkflowEdges = `INSERT INTO workflow_edges (workflow_id, parent, child)
+SELECT $1, e.parent, e.child FROM unnest($2::text[], $3::text[]) AS e(parent, child)`
+
+const getWorkflow = `SELECT ` + workflowColumns + ` FROM workflows WHERE id = $1`
+
+// workflowSteps: the steps of workflows $1 in the order submitted, each with its
+// current task (absent when the task's queue was deleted).
+const workflowSteps = `SELECT ws.workflow_id, ws.step, ws.depends_on, ws.task_id, t.queue, t.status,
+	t.attempts, t.result, t.last_error
+FROM workflow_steps ws LEFT JOIN tasks t ON t.id = ws.task_id
+WHERE ws.workflow_id = ANY($1::uuid[])
+ORDER BY ws.workflow_id, ws.ord`
+
+// listWorkflows: newest first, keyset-paginated on (created_at, id); $1 NULL = any status.
+const listWorkflows = `SELECT ` + workflowColumns + ` FROM workflows
+WHERE ($1::text IS NULL OR status = $1)
+	AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $4`
+
+const lockWorkflow = `SELECT status, generation FROM workflows WHERE id = $1 FOR UPDATE`
+
+// lockWorkflowTasks locks the current tasks of workflow $1's steps, in id order,
+// and returns each step with its task's state.
+const lockWorkflowTasks = `SELECT ws.step, ws.depends_on, t.id, t.queue, t.status
+FROM workflow_steps ws JOIN tasks t ON t.id = ws.task_id
+WHERE ws.workflow_id = $1
+ORDER BY t.id
+FOR UPDATE OF t`
+
+// cancelWorkflowTasks cancels the unfinished current tasks of workflow $1 (executing
+// ones get cancel_requested), returning each with the status it had.
+const cancelWorkflowTasks = `WITH c AS (
+	SELECT t.id, t.status FROM workflow_steps ws JOIN tasks t ON t.id = ws.task_id
+	WHERE ws.workflow_id = $1 AND t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
+	ORDER BY t.id
+	FOR UPDATE OF t
+)
+UPDATE tasks t SET
+	status = CASE WHEN c.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+	cancel_requested = (c.status = 'executing'),
+	finished_at = CASE WHEN c.status = 'executing' THEN t.finished_at ELSE now() END,
+	last_error = 'workflow cancelled',
+	updated_at = now()
+FROM c WHERE t.id = c.id
+RETURNING t.id, t.queue, t.attempts, c.status AS from_status, t.workflow_id, t.step`
+
+// endWorkflow sets workflow $1's status to $2 and stamps finished_at.
+const endWorkflow = `UPDATE workflows SET status = $2, finished_at = now(), updated_at = now() WHERE id = $1`
+
+// resumeWorkflow makes workflow $1 run again with $2 steps not done.
+const resumeWorkflow = `UPDATE workflows SET status = 'running', finished_at = NULL, steps_left = $2,
+	generation = generation + 1, updated_at = now()
+WHERE id = $1`
+
+// recreateSteps gives each step $2 of workflow $1 a new task ($3) copied from its
+// current one (replayed_from), blocked while $4 of its dependencies are not done;
+// the dead task being replayed ($5, when among them) is marked replayed.
+const recreateSteps = `WITH input AS (
+	SELECT * FROM unnest($2::text[], $3::uuid[], $4::int[]) AS i(step, new_id, waiting)
+), old AS (
+	SELECT i.*, ws.task_id AS old_id FROM input i
+	JOIN workflow_steps ws ON ws.workflow_id = $1 AND ws.step = i.step
+), moved AS (
+	UPDATE workflow_steps ws SET task_id = old.new_id, waiting_on = old.waiting
+	FROM old WHERE ws.workflow_id = $1 AND ws.step = old.step
+), marked AS (
+	UPDATE tasks t SET replay_count = t.replay_count + 1, replayed_at = now(), updated_at = now()
+	WHERE t.id = $5
+)
+INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
+	timeout_seconds, replayed_from, schedule, workflow_id, step)
+SELECT old.new_id, src.queue, src.payload, src.priority,
+	CASE WHEN old.waiting > 0 THEN 'blocked' ELSE 'pending' END, now(), src.max_retries,
+	src.timeout_seconds, src.id, src.schedule, $1, old.step
+FROM old JOIN tasks src ON src.id = old.old_id
+RETURNING ` + taskColumns
+
+// failedWorkflowSteps: which of the dead tasks $1 are the current task of a step of
+// a failed workflow.
+const failedWorkflowSteps = `SELECT ws.task_id FROM workflow_steps ws
+JOIN workflows w ON w.id = ws.workflow_id
+WHERE ws.task_id = ANY($1::uuid[]) AND w.status = 'failed'`
+
+// workflowOfDead: the workflow of dead task $1 when it is the current task of its
+// step in a failed workflow.
+const workflowOfDead = `SELECT ws.workflow_id FROM workflow_steps ws
+JOIN workflows w ON w.id = ws.workflow_id
+WHERE ws.task_id = $1 AND w.status = 'failed'`
+
+// expiredWorkflows: up to $2 workflows that finished more than $1 ms ago and none
+// of whose tasks is unfinished or dead (a failed workflow stays while its dead step
+// may resume it), oldest first, locked.
+const expiredWorkflows = `SELECT w.id FROM workflows w
+WHERE w.status <> 'running' AND w.finished_at < now() - $1 * interval '1 millisecond'
+	AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.workflow_id = w.id
+		AND t.status NOT IN ('done', 'cancelled'))
+ORDER BY w.finished_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED`
+
+// deleteWorkflowTasks deletes every task of workflows $1 (their attempts go by
+// cascade), then the workflows (their steps and edges go by cascade).
+const deleteWorkflows = `WITH gone AS (DELETE FROM tasks WHERE workflow_id = ANY($1::uuid[]))
+DELETE FROM workflows WHERE id = ANY($1::uuid[])`

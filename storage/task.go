@@ -257,7 +257,9 @@ func (s *Store) ListDead(ctx context.Context, queue string, limit int, after *Cu
 }
 
 // Replay creates a new pending task from each dead task given (or from every dead
-// task of the queue when all is set), in one transaction. The dead tasks keep their
+// task of the queue when all is set), in one transaction. The dead step of a failed
+// workflow resumes its workflow instead (its new task takes the step's place, and
+// every step not done gets a new task). The dead tasks keep their
 // history and gain ReplayedAt and ReplayCount+1. It returns ErrTaskNotFound, and
 // replays nothing, when any id is not a dead task of queue.
 func (s *Store) Replay(ctx context.Context, queue string, ids []uuid.UUID, all bool) ([]Task, error) {
@@ -288,15 +290,58 @@ func (s *Store) Replay(ctx context.Context, queue string, ids []uuid.UUID, all b
 			out = []Task{}
 			return nil
 		}
-		rows, err = tx.Query(ctx, replayDead, locked)
+		// The dead steps of failed workflows resume their workflows; the rest are
+		// replayed as plain tasks.
+		rows, err = tx.Query(ctx, failedWorkflowSteps, locked)
 		if err != nil {
 			return err
 		}
-		if out, err = s.collectTasks(rows); err != nil {
+		steps, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, notifyDue, DueChannel, queue)
-		return err
+		resumed := make(map[uuid.UUID]Task, len(steps))
+		for _, id := range steps {
+			t, ok, err := s.resumeTx(ctx, tx, id)
+			if err != nil {
+				return fmt.Errorf("resume the workflow of task %s: %w", id, err)
+			}
+			if ok {
+				resumed[id] = t
+			}
+		}
+		plain := make([]uuid.UUID, 0, len(locked)-len(resumed))
+		for _, id := range locked {
+			if _, ok := resumed[id]; !ok {
+				plain = append(plain, id)
+			}
+		}
+		replays := make(map[uuid.UUID]Task, len(plain))
+		if len(plain) > 0 {
+			rows, err = tx.Query(ctx, replayDead, plain)
+			if err != nil {
+				return err
+			}
+			tasks, err := s.collectTasks(rows)
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				replays[*t.ReplayedFrom] = t
+			}
+			if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
+				return err
+			}
+		}
+		out = make([]Task, 0, len(locked))
+		for _, id := range locked {
+			if t, ok := resumed[id]; ok {
+				out = append(out, t)
+			} else {
+				out = append(out, replays[id])
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay dead tasks of %s: %w", queue, err)

@@ -11,7 +11,10 @@ import (
 
 // Task statuses.
 const (
-	StatusPending   = "pending"
+	StatusPending = "pending"
+	// StatusBlocked: a workflow step waiting for the steps it depends on; never
+	// dispatched, it becomes pending when the last of them is done.
+	StatusBlocked   = "blocked"
 	StatusClaimed   = "claimed"
 	StatusExecuting = "executing"
 	StatusRetry     = "retry"
@@ -21,7 +24,7 @@ const (
 )
 
 // Statuses lists every task status, in lifecycle order.
-var Statuses = []string{StatusPending, StatusClaimed, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
+var Statuses = []string{StatusPending, StatusBlocked, StatusClaimed, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
 
 // Attempt outcomes.
 const (
@@ -46,6 +49,9 @@ var (
 	ErrIdempotencyConflict = errors.New("idempotency key already used by a different request")
 	ErrScheduleNotFound    = errors.New("schedule not found")
 	ErrScheduleExists      = errors.New("schedule already exists")
+	ErrWorkflowNotFound    = errors.New("workflow not found")
+	// ErrWorkflowNotCancellable: the workflow already finished.
+	ErrWorkflowNotCancellable = errors.New("workflow already finished")
 )
 
 // IdempotencyConflictError says which task of a batch reused a key with a different request.
@@ -119,6 +125,9 @@ type Task struct {
 	// Schedule names the schedule whose tick (or trigger) created the task; nil for
 	// tasks enqueued directly.
 	Schedule *string `json:"schedule" db:"schedule"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID *uuid.UUID `json:"workflow_id" db:"workflow_id"`
+	Step       *string    `json:"step" db:"step"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -213,6 +222,9 @@ type Reclaimed struct {
 	// StartedAt and EndedAt bound the attempt, on the database clock.
 	StartedAt time.Time `db:"attempt_started_at"`
 	EndedAt   time.Time `db:"updated_at"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID *uuid.UUID `db:"workflow_id"`
+	Step       *string    `db:"step"`
 }
 
 // Worker is a worker process as last seen.

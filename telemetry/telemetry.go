@@ -46,6 +46,7 @@ type Telemetry struct {
 	httpDuration    *prometheus.HistogramVec
 	scheduleRuns    *prometheus.CounterVec
 	scheduleLate    prometheus.Histogram
+	workflows       *prometheus.CounterVec
 }
 
 // latencyBuckets span 1 ms to ~65 s.
@@ -89,7 +90,9 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "Ticks of a schedule fired (one task each), by schedule."}, []string{"schedule"})
 	t.scheduleLate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskforge_schedule_lateness_seconds",
 		Help: "Time from a schedule's tick to the commit of its task, on the database clock.", Buckets: latencyBuckets})
-	for _, c := range []prometheus.Collector{t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
+	t.workflows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_workflows_total",
+		Help: "Workflows this replica created (event submitted) or cancelled by request (event cancelled)."}, []string{"event"})
+	for _, c := range []prometheus.Collector{t.workflows, t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
 		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration,
 		t.scheduleRuns, t.scheduleLate} {
 		f(c)
@@ -118,6 +121,9 @@ type Transition struct {
 	// Eligible is when the task became eligible, for transitions to executing.
 	Eligible time.Time
 	Reason   string // why, when it is not the worker's word (e.g. abandoned, timed_out)
+	// WorkflowID and Step name the workflow step the task runs; zero for plain tasks.
+	WorkflowID uuid.UUID
+	Step       string
 }
 
 // Transition logs one transition and counts it.
@@ -157,8 +163,19 @@ func (t *Telemetry) Transition(tr Transition) {
 		if tr.Reason != "" {
 			attrs = append(attrs, slog.String("reason", tr.Reason))
 		}
+		if tr.WorkflowID != uuid.Nil {
+			attrs = append(attrs, slog.String("workflow_id", tr.WorkflowID.String()), slog.String("step", tr.Step))
+		}
 		t.log.LogAttrs(ctx, slog.LevelInfo, "task transition", attrs...)
 	}
+}
+
+// Workflow counts a workflow event: "submitted" or "cancelled".
+func (t *Telemetry) Workflow(event string) {
+	if t == nil {
+		return
+	}
+	t.workflows.WithLabelValues(event).Inc()
 }
 
 // Reclaimed counts a watchdog reclaim by its reason.

@@ -69,10 +69,11 @@ func exitCodeOf(err error) int {
 	switch {
 	case is(client.ErrUnavailable, context.DeadlineExceeded):
 		return exitUnavailable
-	case is(client.ErrQueueNotFound, client.ErrTaskNotFound, client.ErrNotFound, client.ErrScheduleNotFound):
+	case is(client.ErrQueueNotFound, client.ErrTaskNotFound, client.ErrNotFound, client.ErrScheduleNotFound,
+		client.ErrWorkflowNotFound):
 		return exitNotFound
 	case is(client.ErrQueueExists, client.ErrQueueNotEmpty, client.ErrTaskNotCancellable,
-		client.ErrIdempotencyConflict, client.ErrLeaseLost, client.ErrScheduleExists):
+		client.ErrIdempotencyConflict, client.ErrLeaseLost, client.ErrScheduleExists, client.ErrWorkflowNotCancellable):
 		return exitConflict
 	case is(client.ErrInvalidRequest, client.ErrPayloadTooLarge):
 		return exitUsage

@@ -18,6 +18,8 @@ type Polled struct {
 	HeartbeatIntervalMs int64           `json:"heartbeat_interval_ms"`
 	TimeoutSeconds      *int            `json:"timeout_seconds"`
 	Traceparent         *string         `json:"traceparent"`
+	WorkflowID          *string         `json:"workflow_id"`
+	Step                *string         `json:"step"`
 }
 
 // Task is the API's task object, as tests read it.
@@ -43,6 +45,8 @@ type Task struct {
 	UpdatedAt       time.Time       `json:"updated_at"`
 	FinishedAt      *time.Time      `json:"finished_at"`
 	AttemptHistory  []Attempt       `json:"attempt_history"`
+	WorkflowID      *string         `json:"workflow_id"`
+	Step            *string         `json:"step"`
 }
 
 // Attempt is one entry of a task's attempt_history.

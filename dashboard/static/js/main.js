@@ -8,8 +8,9 @@ import { workers } from './views/workers.js';
 import { settings } from './views/settings.js';
 import { audit } from './views/audit.js';
 import { schedules } from './views/schedules.js';
+import { workflows } from './views/workflows.js';
 
-const views = { overview, tasks, dlq, workers, settings, schedules, audit };
+const views = { overview, tasks, dlq, workers, settings, schedules, workflows, audit };
 const main = document.getElementById('main');
 let current = null; // {name, view}
 

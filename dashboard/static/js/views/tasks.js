@@ -10,8 +10,8 @@ import { jsonView } from '../json.js';
 import { badge, empty, errorBox, toast, confirm, busy, field, queueSelect, fillQueueSelect, pre } from '../ui.js';
 import { rememberReplay } from '../replays.js';
 
-const statuses = ['pending', 'claimed', 'executing', 'retry', 'done', 'dead', 'cancelled'];
-const waiting = new Set(['pending', 'claimed', 'retry', 'executing']);
+const statuses = ['pending', 'blocked', 'claimed', 'executing', 'retry', 'done', 'dead', 'cancelled'];
+const waiting = new Set(['pending', 'blocked', 'claimed', 'retry', 'executing']);
 
 export function tasks() {
   let params = {};
