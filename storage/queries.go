@@ -4,11 +4,11 @@ package storage
 // milliseconds; "now" is always the database's now().
 
 const queueColumns = `name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, created_at, updated_at`
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at`
 
 const insertQueue = `INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + queueColumns
 
@@ -18,7 +18,7 @@ const listQueues = `SELECT ` + queueColumns + ` FROM queues ORDER BY name`
 
 const updateQueue = `UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,
 	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8,
-	priority_aging_ms = $9, updated_at = now()
+	priority_aging_ms = $9, push = $10, push_secret = $11, updated_at = now()
 WHERE name = $1
 RETURNING ` + queueColumns
 
@@ -702,3 +702,12 @@ const anyWithStatus = `SELECT EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND s
 // anyDead: does queue $1 still hold a dead task among $2 (any, when $3)?
 const anyDead = `SELECT EXISTS (SELECT 1 FROM tasks
 WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[])))`
+
+// pushQueues lists the queues with a push target (package push), by name.
+const pushQueues = `SELECT ` + queueColumns + ` FROM queues WHERE push IS NOT NULL ORDER BY name`
+
+// cancelRequestedAmong returns which of the executing tasks $1, each under its
+// lease token $2, have a cancel requested: a pusher aborts their requests.
+const cancelRequestedAmong = `SELECT t.id FROM tasks t
+JOIN unnest($1::uuid[], $2::uuid[]) AS i(id, token) ON t.id = i.id AND t.lease_token = i.token
+WHERE t.status = 'executing' AND t.cancel_requested`

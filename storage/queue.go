@@ -5,16 +5,23 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskforge/taskforge/sealer"
 )
 
 // CreateQueue creates q. It returns ErrQueueExists when the name is taken. Figures
 // that a deleted queue of the same name left in the tally are forgotten with it.
 func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	var out Queue
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	secret, err := s.sealPushSecret(q.Name, nil, q.PushSecret)
+	if err != nil {
+		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
 		if out, err = one[Queue](rows, err, ErrQueueExists); err != nil {
 			return err
 		}
@@ -60,11 +67,16 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 		if err != nil {
 			return err
 		}
+		stored := q.PushSecret
 		if err := change(&q); err != nil {
 			return err
 		}
+		secret, err := s.sealPushSecret(name, stored, q.PushSecret)
+		if err != nil {
+			return err
+		}
 		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
 		out, err = one[Queue](rows, err, ErrQueueNotFound)
 		return err
 	})
@@ -127,4 +139,70 @@ func (s *Store) queueOrTaskNotFound(ctx context.Context, queue string) error {
 		return ErrQueueNotFound
 	}
 	return ErrTaskNotFound
+}
+
+// sealPushSecret returns what to store for a queue's push secret: secret sealed
+// (bound to the queue) when encryption is on, unless it is the stored value itself.
+// No secret is kept without a push target.
+func (s *Store) sealPushSecret(queue string, stored, secret *string) (*string, error) {
+	if secret == nil || s.sealer == nil || (stored != nil && *stored == *secret) {
+		return secret, nil
+	}
+	sealed, err := s.sealer.SealText(queue, sealer.PushSecret, *secret)
+	if err != nil {
+		return nil, fmt.Errorf("seal the push secret: %w", err)
+	}
+	return &sealed, nil
+}
+
+// pushColumn is the push target to store for q: nil for a pull queue, else its
+// target with secret_set saying whether a secret is stored beside it.
+func pushColumn(q Queue, secret *string) *PushTarget {
+	if q.Push == nil {
+		return nil
+	}
+	p := *q.Push
+	p.SecretSet = secret != nil
+	if p.Headers == nil {
+		p.Headers = map[string]string{}
+	}
+	return &p
+}
+
+// PushQueues returns every queue with a push target, by name, with PushSecret
+// opened: the plain secret, for signing requests. Only package push needs it.
+func (s *Store) PushQueues(ctx context.Context) ([]Queue, error) {
+	rows, err := s.pool.Query(ctx, pushQueues)
+	if err != nil {
+		return nil, fmt.Errorf("list push queues: %w", err)
+	}
+	qs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Queue])
+	if err != nil {
+		return nil, fmt.Errorf("list push queues: %w", err)
+	}
+	for i, q := range qs {
+		if q.PushSecret == nil || s.sealer == nil {
+			continue
+		}
+		plain, err := s.sealer.OpenText(q.Name, sealer.PushSecret, *q.PushSecret)
+		if err != nil {
+			return nil, fmt.Errorf("push secret of queue %s: %w", q.Name, err)
+		}
+		qs[i].PushSecret = &plain
+	}
+	return qs, nil
+}
+
+// CancelRequested returns which of the executing tasks ids (each under the lease
+// token at the same index of tokens) have a cancel requested.
+func (s *Store) CancelRequested(ctx context.Context, ids, tokens []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, cancelRequestedAmong, ids, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("read cancel requests of %d tasks: %w", len(ids), err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("read cancel requests of %d tasks: %w", len(ids), err)
+	}
+	return out, nil
 }
