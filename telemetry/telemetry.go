@@ -46,6 +46,7 @@ type Telemetry struct {
 	httpDuration    *prometheus.HistogramVec
 	scheduleRuns    *prometheus.CounterVec
 	scheduleLate    prometheus.Histogram
+	push            pushMetrics // push.go
 }
 
 // latencyBuckets span 1 ms to ~65 s.
@@ -94,6 +95,7 @@ func New(log *slog.Logger) *Telemetry {
 		t.scheduleRuns, t.scheduleLate} {
 		f(c)
 	}
+	t.push.register(reg)
 	return t
 }
 
