@@ -52,8 +52,8 @@ type QueueSettings struct {
 	// strict priority.
 	PriorityAging Nullable[time.Duration]
 	// Push makes the queue a push queue (a new target replaces the old one);
-	// Null() makes it a pull queue again.
-	Push Nullable[PushConfig]
+	// Null() makes it a pull queue again. A pointer keeps QueueSettings comparable.
+	Push Nullable[*PushConfig]
 }
 
 func (s QueueSettings) body() map[string]any {
@@ -81,7 +81,7 @@ func (s QueueSettings) body() map[string]any {
 		}
 	}
 	if s.Push.set {
-		if s.Push.null {
+		if s.Push.null || s.Push.value == nil {
 			m["push"] = nil
 		} else {
 			m["push"] = s.Push.value.body()

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,15 +22,19 @@ import (
 func TestPushReplicaSIGKILLedMidRequest(t *testing.T) {
 	t.Parallel()
 	var requests atomic.Int32
-	first := make(chan struct{})
+	first, stop := make(chan struct{}), make(chan struct{})
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read whole, so a closed connection ends r.Context()
 		if requests.Add(1) == 1 {
 			close(first)
-			<-r.Context().Done() // held until its replica dies
-			return
+			select { // held until its replica dies
+			case <-r.Context().Done():
+			case <-stop:
+			}
 		}
 	}))
 	defer tg.Close()
+	defer close(stop)
 
 	dbURL, prefix := testenv.NewDatabase(t), testenv.RedisPrefix(t)
 	a := startReplica(t, []string{

@@ -1,6 +1,7 @@
 package push_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskforge/taskforge/client"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/push"
@@ -282,7 +284,15 @@ func TestPushSignature(t *testing.T) {
 	t.Parallel()
 	s := start(t)
 	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request, n int) {})
-	s.CreateQueue("signed", map[string]any{"push": map[string]any{"url": tg.URL, "secret": "s3cret"}})
+	c, err := client.New(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.CreateQueue(context.Background(), "signed", client.QueueSettings{Push: client.Set(&client.PushConfig{
+		URL: tg.URL, Timeout: 5 * time.Second, Secret: client.Set("s3cret")})})
+	if err != nil || q.Push == nil || q.Push.URL != tg.URL || q.Push.TimeoutMs != 5000 || !q.Push.SecretSet {
+		t.Fatalf("client created %+v (%v), want the push target", q, err)
+	}
 	got := s.Must(http.StatusOK, "GET", "/queues/signed", nil)
 	if strings.Contains(string(got.Body), "s3cret") || !strings.Contains(string(got.Body), `"secret_set":true`) {
 		t.Fatalf("queue shows %s, want secret_set and never the secret", got.Body)
@@ -308,6 +318,12 @@ func TestPushSignature(t *testing.T) {
 	}
 	if hmac.Equal([]byte(mac), []byte(sign("other"))) {
 		t.Fatal("the signature verifies with another secret")
+	}
+	if err := client.VerifySignature("s3cret", header, r.body, time.Minute); err != nil {
+		t.Fatalf("the SDK rejects a good signature: %v", err)
+	}
+	if err := client.VerifySignature("other", header, r.body, time.Minute); err == nil {
+		t.Fatal("the SDK accepts a signature made with another secret")
 	}
 }
 
