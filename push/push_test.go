@@ -185,6 +185,11 @@ func TestPush503ThenOKRetriesWithBackoff(t *testing.T) {
 	if string(done.Result) != `"ok"` || tg.count() != 2 {
 		t.Fatalf("result %s after %d requests", done.Result, tg.count())
 	}
+	// The dashboard's latest answers of the queue, newest first.
+	answers, err := s.Server.Store.RecentPushAnswers(context.Background(), []string{"flaky"}, 5)
+	if err != nil || len(answers["flaky"]) != 2 || answers["flaky"][0].Answer != "ok" || answers["flaky"][1].Answer != "HTTP 503" {
+		t.Fatalf("recent answers %+v (%v), want ok then HTTP 503", answers, err)
+	}
 }
 
 func TestPushRetryAfterSetsTheDelay(t *testing.T) {

@@ -711,3 +711,14 @@ const pushQueues = `SELECT ` + queueColumns + ` FROM queues WHERE push IS NOT NU
 const cancelRequestedAmong = `SELECT t.id FROM tasks t
 JOIN unnest($1::uuid[], $2::uuid[]) AS i(id, token) ON t.id = i.id AND t.lease_token = i.token
 WHERE t.status = 'executing' AND t.cancel_requested`
+
+// recentPushAnswers reads the last $2 finished attempts by pushers of each queue
+// $1, newest first (attempts_finished_idx, read backwards per queue).
+const recentPushAnswers = `SELECT q.name AS queue, a.task_id, a.attempt, a.status, a.finished_at, a.error
+FROM unnest($1::text[]) AS q(name)
+CROSS JOIN LATERAL (
+	SELECT task_id, attempt, status, finished_at, error FROM attempts
+	WHERE queue = q.name AND finished_at IS NOT NULL AND worker_id LIKE 'push:%'
+	ORDER BY finished_at DESC LIMIT $2
+) a
+ORDER BY q.name, a.finished_at DESC`

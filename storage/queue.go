@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/taskforge/taskforge/sealer"
 )
 
 // CreateQueue creates q. It returns ErrQueueExists when the name is taken. Figures
@@ -139,70 +136,4 @@ func (s *Store) queueOrTaskNotFound(ctx context.Context, queue string) error {
 		return ErrQueueNotFound
 	}
 	return ErrTaskNotFound
-}
-
-// sealPushSecret returns what to store for a queue's push secret: secret sealed
-// (bound to the queue) when encryption is on, unless it is the stored value itself.
-// No secret is kept without a push target.
-func (s *Store) sealPushSecret(queue string, stored, secret *string) (*string, error) {
-	if secret == nil || s.sealer == nil || (stored != nil && *stored == *secret) {
-		return secret, nil
-	}
-	sealed, err := s.sealer.SealText(queue, sealer.PushSecret, *secret)
-	if err != nil {
-		return nil, fmt.Errorf("seal the push secret: %w", err)
-	}
-	return &sealed, nil
-}
-
-// pushColumn is the push target to store for q: nil for a pull queue, else its
-// target with secret_set saying whether a secret is stored beside it.
-func pushColumn(q Queue, secret *string) *PushTarget {
-	if q.Push == nil {
-		return nil
-	}
-	p := *q.Push
-	p.SecretSet = secret != nil
-	if p.Headers == nil {
-		p.Headers = map[string]string{}
-	}
-	return &p
-}
-
-// PushQueues returns every queue with a push target, by name, with PushSecret
-// opened: the plain secret, for signing requests. Only package push needs it.
-func (s *Store) PushQueues(ctx context.Context) ([]Queue, error) {
-	rows, err := s.pool.Query(ctx, pushQueues)
-	if err != nil {
-		return nil, fmt.Errorf("list push queues: %w", err)
-	}
-	qs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Queue])
-	if err != nil {
-		return nil, fmt.Errorf("list push queues: %w", err)
-	}
-	for i, q := range qs {
-		if q.PushSecret == nil || s.sealer == nil {
-			continue
-		}
-		plain, err := s.sealer.OpenText(q.Name, sealer.PushSecret, *q.PushSecret)
-		if err != nil {
-			return nil, fmt.Errorf("push secret of queue %s: %w", q.Name, err)
-		}
-		qs[i].PushSecret = &plain
-	}
-	return qs, nil
-}
-
-// CancelRequested returns which of the executing tasks ids (each under the lease
-// token at the same index of tokens) have a cancel requested.
-func (s *Store) CancelRequested(ctx context.Context, ids, tokens []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := s.pool.Query(ctx, cancelRequestedAmong, ids, tokens)
-	if err != nil {
-		return nil, fmt.Errorf("read cancel requests of %d tasks: %w", len(ids), err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, fmt.Errorf("read cancel requests of %d tasks: %w", len(ids), err)
-	}
-	return out, nil
 }
