@@ -116,4 +116,16 @@ func TestPushSecretIsSealedAtRest(t *testing.T) {
 	if err != nil || len(qs) != 1 || qs[0].PushSecret == nil || *qs[0].PushSecret != "plain-secret" {
 		t.Fatalf("push queues %+v (%v), want the secret opened", qs, err)
 	}
+	// Rotation: a secret stored in clear (before encryption was on) is sealed, once.
+	if _, err := s.Server.Store.Pool().Exec(context.Background(), "UPDATE queues SET push_secret = 'old-clear' WHERE name = 'sealed'"); err != nil {
+		t.Fatal(err)
+	}
+	for pass, want := range []int{1, 0} {
+		if n, err := s.Server.Store.ResealPushSecrets(context.Background()); err != nil || n != want {
+			t.Fatalf("reseal pass %d changed %d secrets (%v), want %d", pass+1, n, err, want)
+		}
+	}
+	if qs, err := s.Server.Store.PushQueues(context.Background()); err != nil || *qs[0].PushSecret != "old-clear" {
+		t.Fatalf("after the reseal: %+v (%v)", qs, err)
+	}
 }

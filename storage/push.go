@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -125,4 +126,47 @@ func (s *Store) RecentPushAnswers(ctx context.Context, queues []string, n int) (
 		out[r.Queue] = append(out[r.Queue], a)
 	}
 	return out, nil
+}
+
+// ResealPushSecrets re-encrypts, with the current key, every push secret that is
+// plain or sealed with another key, in one transaction, and returns how many it
+// changed.
+func (s *Store) ResealPushSecrets(ctx context.Context) (int, error) {
+	if s.sealer == nil {
+		return 0, errors.New("reseal push secrets: no encryption keys configured")
+	}
+	changed := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, unsealedPushSecrets, `{"taskforge_sealed":"v1.`+s.sealer.CurrentKey()+".")
+		if err != nil {
+			return err
+		}
+		type row struct {
+			Name   string `db:"name"`
+			Secret string `db:"push_secret"`
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
+		if err != nil {
+			return err
+		}
+		for _, r := range found {
+			plain, err := s.sealer.OpenText(r.Name, sealer.PushSecret, r.Secret)
+			if err != nil {
+				return fmt.Errorf("push secret of queue %s: %w", r.Name, err)
+			}
+			sealed, err := s.sealer.SealText(r.Name, sealer.PushSecret, plain)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, resealPushSecret, r.Name, sealed); err != nil {
+				return err
+			}
+			changed++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reseal push secrets: %w", err)
+	}
+	return changed, nil
 }

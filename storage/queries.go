@@ -722,3 +722,12 @@ CROSS JOIN LATERAL (
 	ORDER BY finished_at DESC LIMIT $2
 ) a
 ORDER BY q.name, a.finished_at DESC`
+
+// unsealedPushSecrets lists the push secrets not sealed with the current key ($1 the
+// sealed text's prefix, as in unsealedTasks); there are few, so all at once.
+const unsealedPushSecrets = `SELECT name, push_secret FROM queues
+WHERE push_secret IS NOT NULL AND left(push_secret, length($1)) <> $1
+ORDER BY name
+FOR UPDATE SKIP LOCKED`
+
+const resealPushSecret = `UPDATE queues SET push_secret = $2 WHERE name = $1`
