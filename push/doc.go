@@ -4,11 +4,13 @@
 // bucket and the concurrency slots, then the claim in PostgreSQL, both through the
 // API server (Broker) — and POSTs each task's payload to the queue's URL.
 //
-// A Pusher is one loop and a fixed pool of Config.Concurrency senders: the loop
-// claims no more tasks than there are idle senders, so at most Concurrency requests
-// are in flight per replica and no goroutine waits on a buffered task. It sleeps
-// until the buffer announces work for a push queue, a sender frees up, or a rate
-// limit has a token again. All requests share one http.Client (connections are
+// A Pusher is a few claiming loops (feeders) and a fixed pool of
+// Config.Concurrency senders: a feeder reserves idle senders before it claims, and
+// claims no more tasks than it reserved, so at most Concurrency requests are in
+// flight per replica and no goroutine waits on a buffered task. Feeders sleep until
+// the buffer announces work for a push queue, a sender frees up, or a rate limit
+// has a token again; while one waits for its claim to commit, another claims for
+// the senders freed meanwhile. All requests share one http.Client (connections are
 // reused; redirects are not followed).
 //
 // Each request's attempt is claimed for worker "push:<replica id>" with a lease

@@ -131,6 +131,9 @@ type Pusher struct {
 	running map[uuid.UUID]*attempt
 	next    int // the queue the next round starts with, so none is always last
 
+	refreshMu sync.Mutex
+	refreshed time.Time // when the push queues were last read
+
 	// sent, set only by tests, hears of each task answered.
 	sent func(storage.Task, string)
 }
@@ -181,7 +184,15 @@ func (p *Pusher) Run(ctx context.Context) error {
 		p.watchCancels(ctx)
 	}()
 
-	p.feed(ctx, jobs)
+	var fed sync.WaitGroup
+	for range min(feeders, p.cfg.Concurrency) {
+		fed.Add(1)
+		go func() {
+			defer fed.Done()
+			p.feed(ctx, jobs)
+		}()
+	}
+	fed.Wait()
 
 	close(jobs)
 	stopped := make(chan struct{})
@@ -204,34 +215,29 @@ var (
 	errTimedOut  = errors.New("no answer within the queue's timeout_ms")
 )
 
+// feeders is how many loops claim for one Pusher's senders: while one waits for
+// its claim to commit, another claims for the senders freed meanwhile, and their
+// claims share the API's group commit.
+const feeders = 4
+
 // feed claims tasks for idle senders until ctx ends.
 func (p *Pusher) feed(ctx context.Context, jobs chan<- *attempt) {
-	var lastRefresh time.Time
 	for ctx.Err() == nil {
-		if time.Since(lastRefresh) >= p.cfg.RefreshInterval {
-			if err := p.refresh(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				p.log.Warn("could not read the push queues; using the last known", "err", err)
-			}
-			lastRefresh = time.Now()
-		}
+		refreshed := p.refreshIfDue(ctx)
 		queues := p.queueNames()
-		free := p.cfg.Concurrency - int(p.inflight.Load())
-		if len(queues) == 0 || free <= 0 {
+		if len(queues) == 0 || p.cfg.Concurrency-int(p.inflight.Load()) <= 0 {
 			p.sleep(ctx, p.cfg.RefreshInterval, nil) // woken by a freed sender
 			continue
 		}
-		got, retryAfter := p.round(ctx, queues, free, jobs)
+		got, retryAfter := p.round(ctx, queues, jobs)
 		if got > 0 {
 			continue
 		}
 		// Park first, then look again, so a wake-up between the two is not lost.
 		woken, leave := p.broker.ParkForWork(queues)
-		got, ra := p.round(ctx, queues, free, jobs)
+		got, ra := p.round(ctx, queues, jobs)
 		if got == 0 {
-			nap := min(p.cfg.WakeFallback, time.Until(lastRefresh.Add(p.cfg.RefreshInterval)))
+			nap := min(p.cfg.WakeFallback, time.Until(refreshed.Add(p.cfg.RefreshInterval)))
 			for _, d := range []time.Duration{retryAfter, ra} {
 				if d > 0 {
 					nap = min(nap, d)
@@ -240,6 +246,35 @@ func (p *Pusher) feed(ctx context.Context, jobs chan<- *attempt) {
 			p.sleep(ctx, nap, woken)
 		}
 		leave()
+	}
+}
+
+// refreshIfDue re-reads the push queues when the last read is RefreshInterval old
+// (one feeder reads, the others go on), and returns when the last read was.
+func (p *Pusher) refreshIfDue(ctx context.Context) time.Time {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	if time.Since(p.refreshed) < p.cfg.RefreshInterval {
+		return p.refreshed
+	}
+	if err := p.refresh(ctx); err != nil && ctx.Err() == nil {
+		p.log.Warn("could not read the push queues; using the last known", "err", err)
+	}
+	p.refreshed = time.Now()
+	return p.refreshed
+}
+
+// reserve takes up to want of the free senders and returns how many it took.
+func (p *Pusher) reserve(want int) int {
+	for {
+		cur := p.inflight.Load()
+		n := min(int64(want), int64(p.cfg.Concurrency)-cur)
+		if n <= 0 {
+			return 0
+		}
+		if p.inflight.CompareAndSwap(cur, cur+n) {
+			return int(n)
+		}
 	}
 }
 
@@ -255,10 +290,10 @@ func (p *Pusher) sleep(ctx context.Context, d time.Duration, woken <-chan struct
 	}
 }
 
-// round claims up to free tasks from the push queues, each queue in turn, and
-// hands them to the senders. It returns how many it claimed and the shortest wait
-// a rate-limited queue asked for.
-func (p *Pusher) round(ctx context.Context, queues []string, free int, jobs chan<- *attempt) (int, time.Duration) {
+// round claims tasks from the push queues, each queue in turn, for as many
+// senders as are free, and hands them to the senders. It returns how many it
+// claimed and the shortest wait a rate-limited queue asked for.
+func (p *Pusher) round(ctx context.Context, queues []string, jobs chan<- *attempt) (int, time.Duration) {
 	p.mu.Lock()
 	start := p.next % len(queues)
 	p.next++
@@ -266,7 +301,7 @@ func (p *Pusher) round(ctx context.Context, queues []string, free int, jobs chan
 	got := 0
 	var retryAfter time.Duration
 	for i := range queues {
-		if free <= 0 || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			break
 		}
 		q := queues[(start+i)%len(queues)]
@@ -274,20 +309,22 @@ func (p *Pusher) round(ctx context.Context, queues []string, free int, jobs chan
 		if !ok {
 			continue
 		}
+		free := p.reserve(100)
+		if free == 0 {
+			break
+		}
 		lease := time.Duration(tg.TimeoutMs)*time.Millisecond + p.cfg.LeaseMargin
-		tasks, ra, err := p.broker.ClaimPush(ctx, p.workerID, q, min(free, 100), lease)
+		tasks, ra, err := p.broker.ClaimPush(ctx, p.workerID, q, free, lease)
 		if err != nil {
 			p.log.Warn("could not claim tasks of a push queue", "queue", q, "err", err)
 		}
+		p.inflight.Add(-int64(free - len(tasks))) // the senders not needed after all
 		if ra > 0 && (retryAfter == 0 || ra < retryAfter) {
 			retryAfter = ra
 		}
 		for _, t := range tasks {
-			a := &attempt{task: t, target: tg}
-			p.inflight.Add(1)
-			jobs <- a // never blocks: at most Concurrency are claimed and unanswered
+			jobs <- &attempt{task: t, target: tg} // never blocks: each was reserved a sender
 			got++
-			free--
 		}
 	}
 	return got, retryAfter
