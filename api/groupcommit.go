@@ -1,10 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -293,27 +295,36 @@ func newAckCommit(store *storage.Store, limit int, timeout time.Duration, tel *t
 	})
 }
 
-// claimRequest is one poll's claim: popped ids for one worker.
+// claimRequest is one poll's claim: popped ids for one worker, with a lease of
+// the given length (0: the default).
 type claimRequest struct {
 	ids      []uuid.UUID
 	workerID string
+	lease    time.Duration
 }
 
 // newClaimCommit group-commits the claims of concurrent polls (up to 100 polls per
 // statement), so workers polling one task at a time still share commits. Each
-// outcome is the tasks its poll won, in the order of its ids.
+// outcome is the tasks its poll won, in the order of its ids. Requests asking for
+// another lease than the default (pushers, whose lease covers their request's
+// timeout) share a statement with those asking for the same.
 func newClaimCommit(store *storage.Store, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
 	log *slog.Logger) *groupCommit[claimRequest, []storage.Task] {
 	return newGroupCommit("claim", 100, limit, timeout, tel, log, func(ctx context.Context, reqs []claimRequest) ([][]storage.Task, error) {
-		var items []storage.ClaimItem
+		byLease := map[time.Duration][]storage.ClaimItem{}
 		for _, r := range reqs {
+			l := cmp.Or(r.lease, lease)
 			for _, id := range r.ids {
-				items = append(items, storage.ClaimItem{TaskID: id, WorkerID: r.workerID})
+				byLease[l] = append(byLease[l], storage.ClaimItem{TaskID: id, WorkerID: r.workerID})
 			}
 		}
-		claimed, err := store.ClaimMany(ctx, items, lease)
-		if err != nil {
-			return nil, err
+		claimed := map[uuid.UUID]storage.Task{}
+		for l, items := range byLease {
+			won, err := store.ClaimMany(ctx, items, l)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(claimed, won)
 		}
 		out := make([][]storage.Task, len(reqs))
 		for i, r := range reqs {

@@ -26,6 +26,8 @@ type queueSettings struct {
 	BackoffMaxMs   Nullable[int64]   `json:"backoff_max_ms"`
 	Paused         Nullable[bool]    `json:"paused"`
 	PriorityAging  Nullable[int64]   `json:"priority_aging_ms"`
+	// Push sets the push target (push.go); null makes the queue a pull queue again.
+	Push Nullable[pushSettings] `json:"push"`
 }
 
 type createQueueRequest struct {
@@ -88,6 +90,9 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 			return invalid("priority_aging_ms must be an integer from 1 to %d, or null for strict priority", 30*dayMs)
 		}
 		q.PriorityAgingMs = qs.PriorityAging.Ptr()
+	}
+	if qs.Push.Set {
+		return applyPush(qs.Push, q)
 	}
 	return nil
 }

@@ -112,6 +112,10 @@ func (s *Server) poll(c *gin.Context) {
 			s.fail(c, invalid("queue name %q is not valid", q))
 			return
 		}
+		if err := s.notPush(c, q); err != nil {
+			s.fail(c, err)
+			return
+		}
 		// The auth middleware checks this too, but only on bodies it could read
 		// whole; a poll made large by its acks is checked here.
 		if !auth.QueueAllowed(c, q) {
@@ -307,7 +311,7 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		if !ok || (p.prefetch && limits.MaxConcurrency > 0) {
 			continue // unknown queue, or a capped one a prefetch would hold a slot of
 		}
-		tasks, retryAfter, err := s.claimFrom(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks))
+		tasks, retryAfter, err := s.claimFrom(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0)
 		res.tasks = append(res.tasks, tasks...)
 		if err != nil {
 			return res, err
@@ -319,8 +323,9 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 	return res, nil
 }
 
-// claimFrom pops up to want ids from one queue and claims them in PostgreSQL.
-func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int) ([]storage.Task, time.Duration, error) {
+// claimFrom pops up to want ids from one queue and claims them in PostgreSQL, with
+// a lease of the given length (0: the configured LeaseTimeout).
+func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
 	var out []storage.Task
 	synced := false
 	for len(out) < want {
@@ -359,7 +364,7 @@ func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits r
 		bg := context.WithoutCancel(ctx)
 		start := time.Now()
 		var claimed []storage.Task
-		won, err := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID})
+		won, err := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID, lease: lease})
 		if err == nil {
 			claimed = won[0]
 		}

@@ -51,6 +51,9 @@ type QueueSettings struct {
 	// in milliseconds), so old low-priority tasks eventually go first; Null means
 	// strict priority.
 	PriorityAging Nullable[time.Duration]
+	// Push makes the queue a push queue (a new target replaces the old one);
+	// Null() makes it a pull queue again. A pointer keeps QueueSettings comparable.
+	Push Nullable[*PushConfig]
 }
 
 func (s QueueSettings) body() map[string]any {
@@ -75,6 +78,13 @@ func (s QueueSettings) body() map[string]any {
 			m["priority_aging_ms"] = nil
 		} else {
 			m["priority_aging_ms"] = s.PriorityAging.value.Milliseconds()
+		}
+	}
+	if s.Push.set {
+		if s.Push.null || s.Push.value == nil {
+			m["push"] = nil
+		} else {
+			m["push"] = s.Push.value.body()
 		}
 	}
 	return m

@@ -43,9 +43,11 @@ type Queue struct {
 	Paused         bool     `json:"paused"`
 	// PriorityAgingMs, when set, makes each priority level worth that much
 	// waiting time; nil = strict priority.
-	PriorityAgingMs *int64    `json:"priority_aging_ms"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	PriorityAgingMs *int64 `json:"priority_aging_ms"`
+	// Push is the target of a push queue; nil for a pull queue.
+	Push      *PushTarget `json:"push"`
+	CreatedAt time.Time   `json:"created_at"`
+	UpdatedAt time.Time   `json:"updated_at"`
 }
 
 // Task is the API's task object. AttemptHistory is filled by GetTask only, and

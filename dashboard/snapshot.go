@@ -30,6 +30,8 @@ type QueueState struct {
 	ErrorRate               float64          `json:"error_rate"`
 	OldestPendingAgeSeconds float64          `json:"oldest_pending_age_seconds"`
 	DLQDepth                int64            `json:"dlq_depth"`
+	// PushAnswers are a push queue's latest answers from its target, newest first.
+	PushAnswers []storage.PushAnswer `json:"push_answers,omitempty"`
 }
 
 // Point is one sample of the throughput chart: for each queue, the tasks completed
@@ -62,6 +64,18 @@ func (d *Dashboard) snapshot(ctx context.Context) (*Snapshot, error) {
 		stats, err = d.store.AllStats(gctx)
 		return err
 	})
+	var pushQueues []string
+	for _, q := range queues {
+		if q.Push != nil {
+			pushQueues = append(pushQueues, q.Name)
+		}
+	}
+	var answers map[string][]storage.PushAnswer
+	g.Go(func() error {
+		var err error
+		answers, err = d.store.RecentPushAnswers(gctx, pushQueues, recentPushAnswers)
+		return err
+	})
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
@@ -81,11 +95,14 @@ func (d *Dashboard) snapshot(ctx context.Context) (*Snapshot, error) {
 		}
 		snap.Queues = append(snap.Queues, QueueState{Queue: q, Depth: st.Depth,
 			ThroughputPerSec: st.ThroughputPerSec, ErrorRate: st.ErrorRate,
-			OldestPendingAgeSeconds: st.OldestPendingAgeSecond, DLQDepth: st.DLQDepth})
+			OldestPendingAgeSeconds: st.OldestPendingAgeSecond, DLQDepth: st.DLQDepth, PushAnswers: answers[q.Name]})
 	}
 	snap.ComputeMs = float64(time.Since(start).Microseconds()) / 1000
 	return snap, nil
 }
+
+// recentPushAnswers is how many of a push queue's latest answers a snapshot shows.
+const recentPushAnswers = 5
 
 // counts is what the chart derives its rates from.
 type counts struct{ done, dead int64 }

@@ -28,11 +28,13 @@ type Limits struct {
 	MaxConcurrency int     // 0 = unlimited
 	Paused         bool
 	AgingMs        int64 // 0 = strict priority
+	// Push: the queue delivers to an HTTP target (package push); polls may not name it.
+	Push bool
 }
 
 // Of returns the limits a queue's settings ask for. The default burst is ceil(rate).
 func Of(q storage.Queue) Limits {
-	l := Limits{Paused: q.Paused}
+	l := Limits{Paused: q.Paused, Push: q.Push != nil}
 	if q.RateLimit != nil {
 		l.Rate = *q.RateLimit
 		l.Burst = max(1, int(math.Ceil(l.Rate)))

@@ -36,6 +36,8 @@ const (
 	Progress Field = "progress"
 	// Error is a worker's error text (a nack) or reason (a release), bound to its task.
 	Error Field = "error"
+	// PushSecret is a push queue's signing secret, bound to its queue.
+	PushSecret Field = "push_secret"
 )
 
 const (

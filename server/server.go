@@ -31,6 +31,7 @@ import (
 	"github.com/taskforge/taskforge/internal/tally"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
+	"github.com/taskforge/taskforge/push"
 	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
@@ -90,6 +91,10 @@ type Config struct {
 	// EncryptionKeys, when set ("id=base64,id2=base64"; the first seals), encrypts
 	// payloads, results and error texts at rest with AES-256-GCM (see package sealer).
 	EncryptionKeys string
+	// Push tunes the pushers of push queues (package push): Push.Concurrency is
+	// `--push-concurrency` (default 64); MaxPayloadBytes, StopGrace (the
+	// ShutdownTimeout) and Telemetry come from this Config.
+	Push push.Config
 	// Auth tunes API-token authentication and the abuse limits (package auth); it
 	// is on while an unrevoked token exists.
 	Auth auth.Config
@@ -112,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, 1<<20)
 	c.RedisPrefix = cmp.Or(c.RedisPrefix, "taskforge")
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.Push.Concurrency = cmp.Or(c.Push.Concurrency, 64)
 	return c
 }
 
@@ -132,6 +138,8 @@ func (c Config) Validate() error {
 		return errors.New("TASKFORGE_COMMIT_TIMEOUT must not be negative")
 	case c.CommitMaxWaiting < 0:
 		return errors.New("the group commit's waiting bound must not be negative")
+	case c.Push.Concurrency < 1:
+		return errors.New("TASKFORGE_PUSH_CONCURRENCY must be at least 1")
 	case c.MaxPayloadBytes < 1:
 		return errors.New("TASKFORGE_MAX_PAYLOAD_BYTES must be positive")
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
@@ -180,6 +188,7 @@ type Server struct {
 	Janitor    *janitor.Janitor
 	Tally      *tally.Folder
 	Auth       *auth.Guard
+	Pusher     *push.Pusher
 }
 
 // New connects to PostgreSQL and Redis, applies migrations (unless NoMigrate) and
@@ -269,6 +278,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.API.OnEnqueued = s.Dispatcher.Wake
 	}
 	s.API.OnLow, s.API.LowWater = s.Dispatcher.WakeLow, dispatcher.LowWater
+	pushCfg := cfg.Push
+	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
+	s.Pusher = push.New(s.API, s.Store, pushCfg, log.With("component", "push"))
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention},
 		log.With("component", "janitor"))
@@ -362,6 +374,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		{"scheduler", s.Scheduler.Run},
 		{"janitor", s.Janitor.Run},
 		{"tally", s.Tally.Run},
+		{"pusher", s.Pusher.Run},
 	}
 	var wg sync.WaitGroup
 	// Room for every sender (each loop and the HTTP server), so that none blocks

@@ -4,11 +4,11 @@ package storage
 // milliseconds; "now" is always the database's now().
 
 const queueColumns = `name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, created_at, updated_at`
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at`
 
 const insertQueue = `INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (name) DO NOTHING
 RETURNING ` + queueColumns
 
@@ -18,7 +18,7 @@ const listQueues = `SELECT ` + queueColumns + ` FROM queues ORDER BY name`
 
 const updateQueue = `UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,
 	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8,
-	priority_aging_ms = $9, updated_at = now()
+	priority_aging_ms = $9, push = $10, push_secret = $11, updated_at = now()
 WHERE name = $1
 RETURNING ` + queueColumns
 
@@ -966,3 +966,32 @@ FOR UPDATE SKIP LOCKED`
 // cascade), then the workflows (their steps and edges go by cascade).
 const deleteWorkflows = `WITH gone AS (DELETE FROM tasks WHERE workflow_id = ANY($1::uuid[]))
 DELETE FROM workflows WHERE id = ANY($1::uuid[])`
+
+// pushQueues lists the queues with a push target (package push), by name.
+const pushQueues = `SELECT ` + queueColumns + ` FROM queues WHERE push IS NOT NULL ORDER BY name`
+
+// cancelRequestedAmong returns which of the executing tasks $1, each under its
+// lease token $2, have a cancel requested: a pusher aborts their requests.
+const cancelRequestedAmong = `SELECT t.id FROM tasks t
+JOIN unnest($1::uuid[], $2::uuid[]) AS i(id, token) ON t.id = i.id AND t.lease_token = i.token
+WHERE t.status = 'executing' AND t.cancel_requested`
+
+// recentPushAnswers reads the last $2 finished attempts by pushers of each queue
+// $1, newest first (attempts_finished_idx, read backwards per queue).
+const recentPushAnswers = `SELECT q.name AS queue, a.task_id, a.attempt, a.status, a.finished_at, a.error
+FROM unnest($1::text[]) AS q(name)
+CROSS JOIN LATERAL (
+	SELECT task_id, attempt, status, finished_at, error FROM attempts
+	WHERE queue = q.name AND finished_at IS NOT NULL AND worker_id LIKE 'push:%'
+	ORDER BY finished_at DESC LIMIT $2
+) a
+ORDER BY q.name, a.finished_at DESC`
+
+// unsealedPushSecrets lists the push secrets not sealed with the current key ($1 the
+// sealed text's prefix, as in unsealedTasks); there are few, so all at once.
+const unsealedPushSecrets = `SELECT name, push_secret FROM queues
+WHERE push_secret IS NOT NULL AND left(push_secret, length($1)) <> $1
+ORDER BY name
+FOR UPDATE SKIP LOCKED`
+
+const resealPushSecret = `UPDATE queues SET push_secret = $2 WHERE name = $1`

@@ -12,9 +12,13 @@ import (
 // that a deleted queue of the same name left in the tally are forgotten with it.
 func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	var out Queue
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	secret, err := s.sealPushSecret(q.Name, nil, q.PushSecret)
+	if err != nil {
+		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
 		if out, err = one[Queue](rows, err, ErrQueueExists); err != nil {
 			return err
 		}
@@ -60,11 +64,16 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 		if err != nil {
 			return err
 		}
+		stored := q.PushSecret
 		if err := change(&q); err != nil {
 			return err
 		}
+		secret, err := s.sealPushSecret(name, stored, q.PushSecret)
+		if err != nil {
+			return err
+		}
 		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
 		out, err = one[Queue](rows, err, ErrQueueNotFound)
 		return err
 	})

@@ -79,9 +79,24 @@ type Queue struct {
 	Paused         bool     `json:"paused" db:"paused"`
 	// PriorityAgingMs, when set, makes each priority level worth that much waiting
 	// time, so old low-priority tasks are eventually served before new high ones.
-	PriorityAgingMs *int64    `json:"priority_aging_ms" db:"priority_aging_ms"`
-	CreatedAt       time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at" db:"updated_at"`
+	PriorityAgingMs *int64 `json:"priority_aging_ms" db:"priority_aging_ms"`
+	// Push, when set, makes this a push queue: its tasks are POSTed to an HTTP
+	// target (package push) and polls naming it are refused.
+	Push *PushTarget `json:"push" db:"push"`
+	// PushSecret is the push target's signing secret as stored: sealed when
+	// encryption at rest is on. It is never shown; see Store.PushQueues.
+	PushSecret *string   `json:"-" db:"push_secret"`
+	CreatedAt  time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at" db:"updated_at"`
+}
+
+// PushTarget is where a push queue delivers its tasks. Its JSON form is the API's
+// (the secret is write-only: SecretSet says whether requests are signed).
+type PushTarget struct {
+	URL       string            `json:"url"`
+	TimeoutMs int               `json:"timeout_ms"`
+	Headers   map[string]string `json:"headers"`
+	SecretSet bool              `json:"secret_set"`
 }
 
 // Task is one unit of work and its current state. Its JSON form is the API's task object.

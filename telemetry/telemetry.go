@@ -47,6 +47,7 @@ type Telemetry struct {
 	scheduleRuns    *prometheus.CounterVec
 	scheduleLate    prometheus.Histogram
 	workflows       *prometheus.CounterVec
+	push            pushMetrics // push.go
 }
 
 // latencyBuckets span 1 ms to ~65 s.
@@ -97,6 +98,7 @@ func New(log *slog.Logger) *Telemetry {
 		t.scheduleRuns, t.scheduleLate} {
 		f(c)
 	}
+	t.push.register(reg)
 	return t
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,11 @@ type queueFlags struct {
 	backoffMax     time.Duration
 	paused         bool
 	priorityAging  string
+	pushURL        string
+	pushTimeout    time.Duration
+	pushHeaders    []string
+	pushSecret     string
+	pull           bool
 }
 
 func (f *queueFlags) register(cmd *cobra.Command) {
@@ -42,6 +48,11 @@ func (f *queueFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.backoffMax, "backoff-max", time.Hour, "longest retry delay")
 	fs.BoolVar(&f.paused, "paused", false, "dispatch nothing until resumed")
 	fs.StringVar(&f.priorityAging, "priority-aging", "none", "waiting time one priority level is worth (e.g. 30s), or none for strict priority")
+	fs.StringVar(&f.pushURL, "push-url", "", "make it a push queue: POST each task to this http(s) URL (replaces the target; docs/push.md)")
+	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "with --push-url: how long one push request may take")
+	fs.StringArrayVar(&f.pushHeaders, "push-header", nil, "with --push-url: a header sent with every push request, name=value (repeatable)")
+	fs.StringVar(&f.pushSecret, "push-secret", "", `with --push-url: sign push requests with this secret ("" removes it; left out, the current one stays)`)
+	fs.BoolVar(&f.pull, "pull", false, "make it a pull queue again (no push target)")
 }
 
 // settings returns the settings whose flags were given.
@@ -81,7 +92,51 @@ func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) 
 			return s, err
 		}
 	}
+	pushing := changed("push-url") || changed("push-timeout") || changed("push-header") || changed("push-secret")
+	switch {
+	case f.pull && pushing:
+		return s, usagef("--pull goes with no --push-* flag")
+	case f.pull:
+		s.Push = client.Null[*client.PushConfig]()
+	case pushing && !changed("push-url"):
+		return s, usagef("--push-timeout, --push-header and --push-secret need --push-url (a push target is set as a whole)")
+	case pushing:
+		p := client.PushConfig{URL: f.pushURL, Timeout: f.pushTimeout}
+		for _, h := range f.pushHeaders {
+			name, value, ok := strings.Cut(h, "=")
+			if !ok || name == "" {
+				return s, usagef("--push-header %q: want name=value", h)
+			}
+			if p.Headers == nil {
+				p.Headers = map[string]string{}
+			}
+			p.Headers[name] = value
+		}
+		if changed("push-secret") {
+			if f.pushSecret == "" {
+				p.Secret = client.Null[string]()
+			} else {
+				p.Secret = client.Set(f.pushSecret)
+			}
+		}
+		s.Push = client.Set(&p)
+	}
 	return s, nil
+}
+
+// fmtPush describes a queue's push target, or says it is a pull queue.
+func fmtPush(p *client.PushTarget) string {
+	if p == nil {
+		return "none (pull)"
+	}
+	out := fmt.Sprintf("%s (timeout %s", p.URL, time.Duration(p.TimeoutMs)*time.Millisecond)
+	if len(p.Headers) > 0 {
+		out += fmt.Sprintf(", %d headers", len(p.Headers))
+	}
+	if p.SecretSet {
+		out += ", signed"
+	}
+	return out + ")"
 }
 
 func printQueue(w io.Writer, output string, q *client.Queue) error {
@@ -97,6 +152,7 @@ func printQueue(w io.Writer, output string, q *client.Queue) error {
 		{"max_concurrency", fmtPtr(q.MaxConcurrency)},
 		{"backoff", fmt.Sprintf("%s .. %s", time.Duration(q.BackoffBaseMs)*time.Millisecond, time.Duration(q.BackoffMaxMs)*time.Millisecond)},
 		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
+		{"push", fmtPush(q.Push)},
 		{"created_at", fmtTime(q.CreatedAt)},
 		{"updated_at", fmtTime(q.UpdatedAt)},
 	})

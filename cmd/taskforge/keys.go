@@ -100,6 +100,13 @@ short transaction that skips rows locked by running statements.`,
 			if schedules > 0 {
 				cmd.Printf("re-encrypted %d schedules with key %s\n", schedules, sl.CurrentKey())
 			}
+			secrets, err := store.ResealPushSecrets(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if secrets > 0 {
+				cmd.Printf("re-encrypted %d push secrets with key %s\n", secrets, sl.CurrentKey())
+			}
 			return nil
 		},
 	}

@@ -83,6 +83,11 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_MAX_PAYLOAD_BYTES: %w", err))
 	}
 	fs.Int64Var(&c.MaxPayloadBytes, "max-payload-bytes", maxPayload, "largest task payload or result ($TASKFORGE_MAX_PAYLOAD_BYTES)")
+	pushConcurrency, err := strconv.Atoi(envOr("TASKFORGE_PUSH_CONCURRENCY", "64"))
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_PUSH_CONCURRENCY: %w", err))
+	}
+	fs.IntVar(&c.Push.Concurrency, "push-concurrency", pushConcurrency, "push requests in flight on this replica, over all push queues ($TASKFORGE_PUSH_CONCURRENCY)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", envOr("TASKFORGE_REDIS_PREFIX", "taskforge"), "prefix of every Redis key ($TASKFORGE_REDIS_PREFIX)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
 	f.durationVar(fs, &c.Retention, "retention", "TASKFORGE_RETENTION", 7*24*time.Hour, "how long done and cancelled tasks are kept")

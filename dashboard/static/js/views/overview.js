@@ -142,9 +142,11 @@ export function overview() {
   function update(snap) {
     setText(updated, `Updated ${fmt.time(snap.at)} · snapshot ${snap.compute_ms.toFixed(1)} ms`);
     // Totals.
-    let backlog = 0, running = 0, tput = 0, dead = 0, worst = null;
+    let backlog = 0, pullBacklog = 0, running = 0, tput = 0, dead = 0, worst = null;
     for (const qs of snap.queues) {
-      backlog += (qs.depth.pending || 0) + (qs.depth.claimed || 0) + (qs.depth.retry || 0);
+      const waiting = (qs.depth.pending || 0) + (qs.depth.claimed || 0) + (qs.depth.retry || 0);
+      backlog += waiting;
+      if (!qs.push) pullBacklog += waiting; // push queues need no worker
       running += qs.depth.executing || 0;
       tput += qs.throughput_per_sec;
       dead += qs.dlq_depth;
@@ -159,9 +161,9 @@ export function overview() {
       worst && worst.error_rate ? worst.name : 'no failures, last minute',
       worst && worst.error_rate >= 0.2 ? 'bad' : worst && worst.error_rate >= 0.05 ? 'warn' : '');
     setTile('dead', fmt.count(dead), dead ? 'waiting for replay or discard' : 'nothing dead-lettered', dead ? 'bad' : '');
-    setTile('workers', fmt.count(alive), stale ? `alive · ${stale} stale` : 'alive', stale ? 'warn' : (alive === 0 && backlog > 0 ? 'bad' : ''));
+    setTile('workers', fmt.count(alive), stale ? `alive · ${stale} stale` : 'alive', stale ? 'warn' : (alive === 0 && pullBacklog > 0 ? 'bad' : ''));
 
-    renderAttention(snap, { backlog, alive });
+    renderAttention(snap, { backlog: pullBacklog, alive });
 
     // Chart.
     fillQueueSelect(chartQueue, snap.queues.map((x) => x.name), chartQueue.value, 'All queues');
@@ -251,7 +253,14 @@ function limits(qs) {
   const parts = [];
   if (qs.rate_limit) parts.push(`${fmt.rate(qs.rate_limit)}/s, burst ${qs.rate_burst || Math.ceil(qs.rate_limit)}`);
   if (qs.max_concurrency) parts.push(`≤ ${qs.max_concurrency} running`);
-  return parts.length ? parts.join(' · ') : 'unlimited';
+  const text = parts.length ? parts.join(' · ') : 'unlimited';
+  return qs.push ? `${text} · push → ${qs.push.url}${pushAnswers(qs)}` : text;
+}
+
+// pushAnswers lists a push queue's latest answers from its target, newest first.
+function pushAnswers(qs) {
+  const answers = qs.push_answers || [];
+  return answers.length ? ' · last: ' + answers.map((a) => a.answer.replace(/^HTTP /, '')).join(', ') : '';
 }
 
 function replaceIfChanged(el, key, build) {
