@@ -6,7 +6,7 @@ BIN         := bin/taskforge
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test lint fmt bench clean
+.PHONY: all build run test lint fmt bench clean openapi
 
 all: build
 
@@ -24,6 +24,9 @@ lint: ## gofmt, go vet and staticcheck
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+openapi: ## Check that api/openapi.yaml is valid OpenAPI 3.1 (no database needed; `make test` also checks routes and traffic against it)
+	$(GO) test -count=1 -run '^TestLoad$$' ./internal/contract
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
