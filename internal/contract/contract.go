@@ -174,7 +174,15 @@ func (c *checker) validate(r *http.Request, reqBody capped, rec *recorder) error
 }
 
 // findRoute routes r by the document, mapping catch-all paths to their template.
+// A path without parameters is looked up as it is first: kin-openapi's router
+// takes "/admin/" for "/admin", which gin serves as two routes.
 func (c *checker) findRoute(r *http.Request) (*routers.Route, map[string]string, error) {
+	if item := c.doc.Paths.Map()[r.URL.Path]; item != nil {
+		if op := item.GetOperation(r.Method); op != nil {
+			return &routers.Route{Spec: c.doc, Path: r.URL.Path, PathItem: item, Method: r.Method, Operation: op},
+				map[string]string{}, nil
+		}
+	}
 	route, params, err := c.router.FindRoute(r)
 	if err == nil {
 		return route, params, nil

@@ -47,6 +47,7 @@ func TestCheck(t *testing.T) {
 		{"an unknown route answered by the router", "GET", "/nowhere", "", 404, `{"error":{"code":"not_found","message":"no such route"}}`, ""},
 		{"an undocumented route that answers", "GET", "/nowhere", "", 200, `{}`, "no operation in the document"},
 		{"a catch-all route", "GET", "/admin/assets/js/api.js", "", 200, "x", ""},
+		{"a path that differs from another by its trailing slash", "GET", "/admin/", "", 200, "<html>", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,8 +55,8 @@ func TestCheck(t *testing.T) {
 			h := contract.Check(rec, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = r.Body.Read(make([]byte, 1)) // a handler that reads only part of the body
 				ct := "application/json; charset=utf-8"
-				if strings.HasPrefix(r.URL.Path, "/admin/assets/") {
-					ct = "text/javascript; charset=utf-8"
+				if strings.HasPrefix(r.URL.Path, "/admin/") {
+					ct = "text/html; charset=utf-8"
 				}
 				w.Header().Set("Content-Type", ct)
 				w.WriteHeader(tc.status)
