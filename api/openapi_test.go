@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/taskforge/taskforge/api"
+	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/internal/contract"
 	"github.com/taskforge/taskforge/internal/testserver"
 )
@@ -25,7 +26,8 @@ var ginParam = regexp.MustCompile(`[:*]([A-Za-z0-9_]+)`)
 
 // TestOpenAPIRouteParity fails when the router of a replica, built as package server
 // builds it (API, auth, audit, dashboard), has a route the document lacks, or the
-// document has one the router lacks. gin's :name and *name become {name}.
+// document has one the router lacks. gin's :name and *name become {name}. Each
+// operation's x-role and security must also say what auth/policy.go requires.
 func TestOpenAPIRouteParity(t *testing.T) {
 	t.Parallel()
 	doc, err := contract.Load()
@@ -66,6 +68,18 @@ func TestOpenAPIRouteParity(t *testing.T) {
 			}
 			if gin != "" && strings.Contains(gin, "*") != catchAll {
 				t.Errorf("%s %s: the route is %s; %s must be set exactly on catch-all routes", method, path, gin, contract.CatchAll)
+			}
+			if gin == "" {
+				continue
+			}
+			op := item.GetOperation(method)
+			want := "public"
+			if rule, _ := auth.RuleFor(method, gin); rule.Role != auth.Public {
+				want = string(rule.Role)
+			}
+			public := op.Security != nil && len(*op.Security) == 1 && len((*op.Security)[0]) == 0
+			if role, _ := op.Extensions["x-role"].(string); role != want || public != (want == "public") {
+				t.Errorf("%s %s: x-role %q and security %v; auth/policy.go says %s", method, path, role, op.Security, want)
 			}
 		}
 	}
