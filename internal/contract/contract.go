@@ -31,6 +31,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/taskforge/taskforge/api"
 )
@@ -63,7 +65,8 @@ func Load() (*openapi3.T, error) {
 type checker struct {
 	doc      *openapi3.T
 	router   routers.Router
-	catchAll []string // path prefixes of catch-all routes, with their template
+	catchAll []string // templates of catch-all routes
+	bodies   *bodySchemas
 }
 
 var (
@@ -84,7 +87,12 @@ func load() (*checker, error) {
 			loadErr = fmt.Errorf("route openapi.yaml: %w", err)
 			return
 		}
-		c := &checker{doc: doc, router: router}
+		bodies, err := newBodySchemas()
+		if err != nil {
+			loadErr = err
+			return
+		}
+		c := &checker{doc: doc, router: router, bodies: bodies}
 		for path, item := range doc.Paths.Map() {
 			if v, ok := item.Extensions[CatchAll].(bool); ok && v {
 				c.catchAll = append(c.catchAll, path)
@@ -120,7 +128,7 @@ func Check(t testing.TB, next http.Handler) http.Handler {
 			return // nobody reads this answer
 		}
 		if rec.status()/100 == 2 && r.Body != nil {
-			_, _ = io.Copy(&reqBody, r.Body) // what the handler left unread
+			_, _ = io.Copy(io.Discard, r.Body) // the tee keeps what the handler left unread
 		}
 		if err := c.validate(r, reqBody, rec); err != nil {
 			t.Errorf("contract: %s %s → %d: %v", r.Method, r.URL.RequestURI(), rec.status(), err)
@@ -140,37 +148,176 @@ func (c *checker) validate(r *http.Request, reqBody capped, rec *recorder) error
 		}
 		return fmt.Errorf("find route: %w", err)
 	}
+	// kin-openapi checks parameters, status, headers and content types; bodies are
+	// checked here, against schemas compiled once (kin-openapi compiles a JSON Schema
+	// 2020-12 validator anew for every body, which costs milliseconds a request).
 	ctx := context.Background()
 	opts := &openapi3filter.Options{
 		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
 		IncludeResponseStatus: true,
 		MultiError:            true,
+		ExcludeRequestBody:    true,
+		ExcludeResponseBody:   true,
 	}
 	req := r.Clone(ctx)
-	req.Body = io.NopCloser(bytes.NewReader(reqBody.buf.Bytes()))
+	req.Body = http.NoBody
 	input := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 	if status/100 == 2 {
-		if reqBody.over {
-			opts.ExcludeRequestBody = true
-		}
 		if err := openapi3filter.ValidateRequest(ctx, input); err != nil {
 			return fmt.Errorf("request: %w", err)
 		}
-	}
-	respOpts := *opts
-	if rec.body.over || !isJSON(rec.Header().Get("Content-Type")) {
-		respOpts.ExcludeResponseBody = true
+		if !reqBody.over {
+			if err := c.requestBody(route, r.Header.Get("Content-Type"), reqBody.buf.Bytes()); err != nil {
+				return fmt.Errorf("request: %w", err)
+			}
+		}
 	}
 	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: input, Status: status,
-		Header: rec.Header(), Options: &respOpts}
+		Header: rec.Header(), Options: opts}
 	out.SetBodyBytes(rec.body.buf.Bytes())
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 		return fmt.Errorf("response: %w", err)
 	}
-	if respOpts.ExcludeResponseBody {
-		return c.checkContentType(route, status, rec)
+	if err := c.responseBody(route, status, rec); err != nil {
+		return fmt.Errorf("response: %w", err)
 	}
 	return nil
+}
+
+// requestBody checks a request's body against its operation's schema for the
+// request's content type.
+func (c *checker) requestBody(route *routers.Route, contentType string, body []byte) error {
+	rb := route.Operation.RequestBody
+	if rb == nil || rb.Value == nil {
+		if len(body) > 0 {
+			return errors.New("the operation takes no body, yet the request has one")
+		}
+		return nil
+	}
+	if len(body) == 0 {
+		if rb.Value.Required {
+			return errors.New("the request body is required")
+		}
+		return nil
+	}
+	if contentType == "" {
+		contentType = "application/json" // the API reads a body without a type as JSON
+	}
+	ptr := operationPointer(route) + "/requestBody"
+	if rb.Ref != "" {
+		ptr = rb.Ref
+	}
+	return c.checkBody(ptr, rb.Value.Content, contentType, body)
+}
+
+// responseBody checks a response's JSON body against the schema the operation
+// gives its status and content type; other bodies only need a listed content type.
+func (c *checker) responseBody(route *routers.Route, status int, rec *recorder) error {
+	ref := route.Operation.Responses.Status(status)
+	if ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 {
+		return nil
+	}
+	ptr := fmt.Sprintf("%s/responses/%d", operationPointer(route), status)
+	if ref.Ref != "" {
+		ptr = ref.Ref
+	}
+	if rec.body.over {
+		return nil
+	}
+	return c.checkBody(ptr, ref.Value.Content, rec.Header().Get("Content-Type"), rec.body.buf.Bytes())
+}
+
+// checkBody checks body, of contentType, against content (found at ptr, a JSON
+// pointer into the document); only JSON bodies are held to a schema.
+func (c *checker) checkBody(ptr string, content openapi3.Content, contentType string, body []byte) error {
+	mt := content.Get(contentType)
+	if mt == nil {
+		return fmt.Errorf("content type %q is not one the document lists", contentType)
+	}
+	if mt.Schema == nil || !isJSON(contentType) {
+		return nil
+	}
+	key := ""
+	for k, v := range content {
+		if v == mt {
+			key = k
+		}
+	}
+	schema, err := c.bodies.get(ptr + "/content/" + escapePointer(key) + "/schema")
+	if err != nil {
+		return err
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	if err := schema.Validate(v); err != nil {
+		return fmt.Errorf("body %s: %w", truncate(body), err)
+	}
+	return nil
+}
+
+// operationPointer is the JSON pointer of route's operation in the document.
+func operationPointer(route *routers.Route) string {
+	return "#/paths/" + escapePointer(route.Path) + "/" + strings.ToLower(route.Method)
+}
+
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+func truncate(b []byte) string {
+	if len(b) > 600 {
+		return string(b[:600]) + "…"
+	}
+	return string(b)
+}
+
+// bodySchemas compiles the document's body schemas (JSON Schema 2020-12, formats
+// asserted) once each, on first use.
+type bodySchemas struct {
+	mu       sync.Mutex
+	compiler *jsonschema.Compiler
+	compiled map[string]*jsonschema.Schema
+}
+
+// documentURL names the document as a schema resource; refs inside it are local.
+const documentURL = "file:///openapi.json"
+
+func newBodySchemas() (*bodySchemas, error) {
+	var doc any
+	if err := yaml.Unmarshal(api.OpenAPIYAML(), &doc); err != nil {
+		return nil, fmt.Errorf("openapi.yaml: %w", err)
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	if doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(raw)); err != nil {
+		return nil, err
+	}
+	compiler := jsonschema.NewCompiler()
+	compiler.DefaultDraft(jsonschema.Draft2020)
+	compiler.AssertFormat()
+	if err := compiler.AddResource(documentURL, doc); err != nil {
+		return nil, err
+	}
+	return &bodySchemas{compiler: compiler, compiled: make(map[string]*jsonschema.Schema)}, nil
+}
+
+// get returns the schema at ptr ("#/paths/...") compiled.
+func (b *bodySchemas) get(ptr string) (*jsonschema.Schema, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.compiled[ptr]; ok {
+		return s, nil
+	}
+	s, err := b.compiler.Compile(documentURL + ptr)
+	if err != nil {
+		return nil, fmt.Errorf("compile the schema at %s: %w", ptr, err)
+	}
+	b.compiled[ptr] = s
+	return s, nil
 }
 
 // findRoute routes r by the document, mapping catch-all paths to their template.
@@ -200,20 +347,6 @@ func (c *checker) findRoute(r *http.Request) (*routers.Route, map[string]string,
 		}
 	}
 	return nil, nil, err
-}
-
-// checkContentType checks that a response whose body is not validated carries a
-// content type its operation lists for the status (when it lists any).
-func (c *checker) checkContentType(route *routers.Route, status int, rec *recorder) error {
-	ref := route.Operation.Responses.Status(status)
-	if ref == nil || ref.Value == nil || len(ref.Value.Content) == 0 || rec.body.buf.Len() == 0 {
-		return nil
-	}
-	ct := rec.Header().Get("Content-Type")
-	if ref.Value.Content.Get(ct) == nil {
-		return fmt.Errorf("response: content type %q is not one the document lists for %d", ct, status)
-	}
-	return nil
 }
 
 // routerAnswer checks the answer to a request the document has no operation for:
