@@ -130,14 +130,14 @@ func Check(t testing.TB, next http.Handler) http.Handler {
 		if rec.status()/100 == 2 && r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body) // the tee keeps what the handler left unread
 		}
-		if err := c.validate(r, reqBody, rec); err != nil {
+		if err := c.validate(r, &reqBody, rec); err != nil {
 			t.Errorf("contract: %s %s → %d: %v", r.Method, r.URL.RequestURI(), rec.status(), err)
 		}
 	})
 }
 
 // validate checks one exchange; it returns why it breaks the document, if it does.
-func (c *checker) validate(r *http.Request, reqBody capped, rec *recorder) error {
+func (c *checker) validate(r *http.Request, reqBody *capped, rec *recorder) error {
 	status := rec.status()
 	route, params, err := c.findRoute(r)
 	if err != nil {
