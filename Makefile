@@ -10,7 +10,7 @@ BIN         := bin/taskforge
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test lint fmt bench clean
+.PHONY: all build run test lint fmt bench clean openapi
 
 all: build
 
@@ -29,6 +29,9 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd bench/peers && $(GO) vet ./...
+
+openapi: ## Check that api/openapi.yaml is valid OpenAPI 3.1 (no database needed; `make test` also checks routes and traffic against it)
+	$(GO) test -count=1 -run '^TestLoad$$' ./internal/contract
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

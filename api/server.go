@@ -1,5 +1,6 @@
-// Package api serves TaskForge's HTTP contract (docs/api.md): queues, tasks, the
-// worker protocol, the dead-letter queue and health endpoints.
+// Package api serves TaskForge's HTTP contract (docs/api.md, and as OpenAPI 3.1 in
+// openapi.yaml, served at GET /openapi.json): queues, tasks, the worker protocol,
+// the dead-letter queue and health endpoints.
 //
 // Handlers validate every input before touching anything (bad input gets a 4xx JSON
 // error and changes nothing), then call storage for every state change and the
@@ -152,8 +153,13 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 		s.fail(c, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Message: "method not allowed on this route"})
 	})
 
+	openapi, err := openAPIJSON()
+	if err != nil {
+		return nil, err
+	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", serveOpenAPI(openapi))
 	if s.cfg.Telemetry != nil {
 		e.GET("/metrics", gin.WrapH(s.cfg.Telemetry.Handler()))
 	} else {

@@ -16,7 +16,7 @@
 //	          /workers/ack/batch, /workers/nack, /workers/release
 //	admin     everything: the above, queue create/update/pause/resume/delete, the
 //	          dead-letter queue, GET /workers, /metrics, /admin (dashboard), /tokens
-//	(anyone)  GET /healthz, GET /readyz, the dashboard's sign-in page and static assets
+//	(anyone)  GET /healthz, GET /readyz, GET /openapi.json, the dashboard's sign-in page and static assets
 //
 // A queue-restricted token gets 403 on routes naming another queue (:name), and a
 // restricted worker token may only poll its queues; GET /queues shows a restricted

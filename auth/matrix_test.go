@@ -62,6 +62,8 @@ var matrixCases = map[string]routeCase{
 	"GET /readyz":  {pub, 200, get("/readyz")},
 	"GET /metrics": {admin, 200, get("/metrics")},
 
+	"GET /openapi.json": {pub, 200, get("/openapi.json")},
+
 	"POST /queues":              {admin, 201, func(fixtures) request { return request{path: "/queues", body: map[string]any{"name": uniq("new")}} }},
 	"GET /queues":               {producer, 200, get("/queues")},
 	"GET /queues/:name":         {producerQ, 200, get("/queues/mq")},

@@ -49,7 +49,9 @@ type Rule struct {
 var rules = map[string]Rule{
 	"GET /healthz": {Role: Public},
 	"GET /readyz":  {Role: Public},
-	"GET /metrics": {Role: RoleAdmin},
+	// The API's contract holds no data; SDK generators fetch it without a token.
+	"GET /openapi.json": {Role: Public},
+	"GET /metrics":      {Role: RoleAdmin},
 
 	"POST /queues":                      {Role: RoleAdmin, Audit: true},
 	"GET /queues":                       {Role: RoleProducer},

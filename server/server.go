@@ -189,6 +189,9 @@ type Server struct {
 	Tally      *tally.Folder
 	Auth       *auth.Guard
 	Pusher     *push.Pusher
+	// Handler is what Serve serves: the API with every route mounted on it. Tests
+	// may wrap it before Serve to watch the traffic.
+	Handler http.Handler
 }
 
 // New connects to PostgreSQL and Redis, applies migrations (unless NoMigrate) and
@@ -261,6 +264,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Auth.Mount(s.API.Engine())
 	audits.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
+	s.Handler = s.API.Handler()
 	listenConn, noListen, _ := cfg.listen() // checked by Validate
 	if noListen {
 		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
@@ -362,7 +366,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Requests get their own context, so that in-flight ones can finish during the drain.
-	httpServer := &http.Server{Handler: s.API.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpServer := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second}
 
 	loops := []struct {
 		name string

@@ -1,6 +1,7 @@
 // Package testserver runs a real TaskForge replica inside a test, against a fresh
 // PostgreSQL database and a private Redis key prefix, and offers small HTTP helpers
-// for driving it. It is imported only by tests.
+// for driving it. Every request and response of a test replica is checked against
+// the OpenAPI document (package contract). It is imported only by tests.
 package testserver
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/taskforge/taskforge/internal/contract"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/server"
 )
@@ -40,6 +42,10 @@ type Options struct {
 	Configure   func(*server.Config)
 	// Log receives the replica's JSON logs at info level; nil discards them.
 	Log io.Writer
+	// Unchecked serves without validating the traffic against the OpenAPI document
+	// (package contract), which every test replica otherwise does; benchmarks are
+	// never checked.
+	Unchecked bool
 }
 
 // Start runs a replica until the test ends.
@@ -89,6 +95,9 @@ func Start(t testing.TB, opts Options) *Instance {
 	}
 	inst := &Instance{URL: "http://" + ln.Addr().String(), Server: srv, Config: cfg, t: t, cancel: cancel,
 		done: make(chan error, 1), Redis: redis.NewClient(&redis.Options{Addr: addr})}
+	if tt, ok := t.(*testing.T); ok && !opts.Unchecked {
+		srv.Handler = contract.Check(tt, srv.Handler)
+	}
 	go func() { inst.done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(inst.Stop)
 	return inst
