@@ -55,10 +55,12 @@ func loadConfig(t *testing.T) config {
 // settleTimeout bounds the wait, after the fault window, for every task to end.
 const settleTimeout = 3 * time.Minute
 
-// TestChaosLosesNothing enqueues tasks of every failure mode through the API while
-// a seeded schedule kills, pauses and restarts every component, then checks in
-// PostgreSQL that no task was lost, none succeeded twice, no two leases of one task
-// overlapped, and every enqueue the producer was told about exists exactly once.
+// TestChaosLosesNothing enqueues tasks of every failure mode through the API, and
+// two cron schedules fire, while a seeded schedule kills, pauses and restarts every
+// component, then checks in PostgreSQL that no task was lost, none succeeded twice,
+// no two leases of one task overlapped, every enqueue the producer was told about
+// exists exactly once, and each schedule fired one task per tick, missing none
+// unless PostgreSQL or every replica was down.
 func TestChaosLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fault-injection run of a few minutes; skipped under -short")
@@ -86,6 +88,8 @@ func TestChaosLosesNothing(t *testing.T) {
 		}
 	}
 
+	h.schedules = newChaosSchedules()
+	h.createSchedules()
 	h.start = time.Now()
 	ledger := newEnqueueLedger()
 	enqueued := make(chan struct{})
@@ -113,6 +117,7 @@ func TestChaosLosesNothing(t *testing.T) {
 	// Settle: crash points off (a graceful restart of the replicas that had them),
 	// every worker running, and wait for every task to end.
 	windowEnd := time.Now()
+	h.pauseSchedules()
 	for _, r := range h.replica {
 		if r.crashpoints != "" {
 			r.restartCalm()

@@ -3,8 +3,11 @@
 // never runs again) against the real thing: its tests build the
 // taskforge binary, start a throwaway PostgreSQL and Redis, three `taskforge serve`
 // replicas behind a small round-robin TCP proxy and eight reference workers
-// (`taskforge worker`), enqueue thousands of tasks through the API while a seeded
-// fault schedule runs, then read PostgreSQL and check every task and attempt.
+// (`taskforge worker`), enqueue thousands of tasks through the API, and let two
+// cron schedules (@every 2s and a six-field */3 seconds) fire into a worker queue,
+// while a seeded fault schedule runs, then read PostgreSQL and check every task and
+// attempt, and every schedule's ticks: one task each, on the schedule's grid, none
+// missing unless PostgreSQL or every replica was down between it and the next.
 //
 // The faults: SIGKILL of workers holding tasks and of serve replicas (each is
 // restarted), SIGSTOP of a worker past its lease (its late heartbeat, ack and nack

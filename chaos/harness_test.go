@@ -69,6 +69,8 @@ type harness struct {
 	start   time.Time // when the run started: offsets of requests and faults count from here
 	replica []*replica
 	workers []*workerSlot
+	// schedules fire into the noop queue during the fault window.
+	schedules []*chaosSchedule
 
 	mu     sync.Mutex
 	events []*event // every injected fault and every crash-point exit, in order

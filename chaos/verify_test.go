@@ -21,6 +21,9 @@ type dbTask struct {
 	MaxRetries int
 	Key        *string
 	Dispatched *time.Time // when the dispatcher last moved it into the Redis buffer
+	Schedule   *string    // the schedule whose tick created it, if any
+	Scheduled  time.Time  // scheduled_at: for a schedule's task, its tick
+	Created    time.Time
 }
 
 type dbAttempt struct {
@@ -86,7 +89,8 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 	var tasks []dbTask
 	var attempts []dbAttempt
 	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
-		rows, err := h.db.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at FROM tasks`)
+		rows, err := h.db.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
+			schedule, scheduled_at, created_at FROM tasks`)
 		if err != nil {
 			return err
 		}
@@ -155,7 +159,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	for _, t := range tasks {
 		byID[t.ID] = t
 		switch {
-		case t.Queue == queueProbe:
+		case t.Queue == queueProbe, t.Schedule != nil: // checked by verifySchedules
 		case t.Key == nil:
 			extra = append(extra, t.ID)
 		default:
@@ -378,6 +382,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	rep.info("failed attempts of noop/sleep tasks (none expected)", len(unexpectedFail))
 	rep.Enqueue = l
 	rep.Lags = lags(events, tasks, attempts, byTask)
+	h.verifySchedules(tasks, events, rep)
 }
 
 // attribute names the fault that most likely cost a lost attempt: the worker's own
