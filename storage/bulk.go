@@ -23,16 +23,18 @@ type BulkCancelled struct {
 	ID         uuid.UUID `db:"id"`
 	FromStatus string    `db:"from_status"` // executing: flagged cancel_requested, still running
 	Attempts   int       `db:"attempts"`
-	CreatedAt  time.Time `db:"created_at"` // the keyset position of the batch
+	CreatedAt  time.Time `db:"created_at"` // the keyset position of the batch (its newest)
 	// WorkflowID and Step name the workflow step the task ran; nil for plain tasks.
 	WorkflowID *uuid.UUID `db:"workflow_id"`
 	Step       *string    `db:"step"`
 }
 
-// CancelWaiting cancels every task of queue whose status is one of statuses, batch
-// rows per transaction (BulkBatch when batch ≤ 0), calling each after every batch
-// commits with the tasks it cancelled. It must not be given executing: those need
-// their worker told (CancelTasks). Rows another transaction holds are passed over,
+// CancelWaiting cancels every task of queue whose status is one of statuses, oldest
+// first, batch rows per transaction (BulkBatch when batch ≤ 0), calling each after
+// every batch commits with the tasks it cancelled. After each batch it reads the
+// queue's heads as the dispatcher does (bulkPruneHeads), so that the index entries
+// the batch left dead cost the bulk request, not the dispatcher's next scan. It must
+// not be given executing: those need their worker told (CancelTasks). Rows another transaction holds are passed over,
 // and tried again until none is left, for about a second at most, so a task a
 // worker claims meanwhile may start instead of being cancelled. It returns how
 // many it cancelled, with ErrQueueNotFound for an unknown queue. When ctx ends, the
@@ -46,7 +48,7 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 	}
 	total := 0
 	for _, status := range statuses {
-		var at *time.Time // keyset position: the oldest task of the last batch
+		var at *time.Time // keyset position: the newest task of the last batch
 		var atID uuid.UUID
 		err := inBatches(ctx, func() (int, error) {
 			sql, args := bulkCancelWaiting, []any{queue, status, batch}
@@ -62,9 +64,16 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 				return 0, err
 			}
 			for _, t := range done {
-				if at == nil || t.CreatedAt.Before(*at) || (t.CreatedAt.Equal(*at) && bytesLess(t.ID, atID)) {
+				if at == nil || t.CreatedAt.After(*at) || (t.CreatedAt.Equal(*at) && bytesLess(atID, t.ID)) {
 					c := t.CreatedAt
 					at, atID = &c, t.ID
+				}
+			}
+			if len(done) > 0 {
+				var heads int
+				var due bool
+				if err := s.pool.QueryRow(ctx, bulkPruneHeads, queue).Scan(&heads, &due); err != nil {
+					return 0, err
 				}
 			}
 			total += len(done)

@@ -668,23 +668,28 @@ const resealSchedule = `UPDATE schedules SET payload = $2::jsonb WHERE name = $1
 // batch of rows.
 
 // bulkCancelWaiting cancels up to $3 tasks of queue $1 with status $2 (never
-// executing), newest first, in the order of tasks_status_list_idx so that LIMIT stops
-// the index scan early. SKIP LOCKED passes over rows a claim or another batch holds,
-// so a batch never waits on live traffic. It returns each task with the status it
-// had and its position. bulkCancelWaitingAfter is the same from before the keyset
-// position ($4, $5): each batch starts where the last ended, as an index condition,
-// rather than rescanning the entries its predecessors left behind.
+// executing), oldest first, in the order of tasks_status_list_idx (read backwards) so
+// that LIMIT stops the index scan early. Oldest first, as the dispatcher and the
+// sweep read a queue: the index entries each batch leaves dead are at the front of
+// their scans, where bulkPruneHeads clears them batch by batch (newest first, they
+// piled up behind the live tasks, and the first sweep after the last batch walked a
+// million of them while its replica dispatched nothing). SKIP LOCKED passes over rows
+// a claim or another batch holds, so a batch never waits on live traffic. It returns
+// each task with the status it had and its position. bulkCancelWaitingAfter is the
+// same from after the keyset position ($4, $5): each batch starts where the last
+// ended, as an index condition, rather than rescanning the entries its predecessors
+// left behind.
 var bulkCancelWaiting = bulkCancelWaitingHead + bulkCancelWaitingTail
 
 var bulkCancelWaitingAfter = bulkCancelWaitingHead + `
-		AND (created_at, id) < ($4, $5::uuid)` + bulkCancelWaitingTail
+		AND (created_at, id) > ($4, $5::uuid)` + bulkCancelWaitingTail
 
 const bulkCancelWaitingHead = `WITH c AS (
 	SELECT id, status, created_at FROM tasks
 	WHERE queue = $1 AND status = $2`
 
 var bulkCancelWaitingTail = `
-	ORDER BY created_at DESC, id DESC
+	ORDER BY created_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), bulk AS (
@@ -693,6 +698,20 @@ var bulkCancelWaitingTail = `
 	RETURNING t.id, c.status AS from_status, t.attempts, c.created_at, t.status, t.workflow_id, t.step
 )` + stepsEnded("bulk") + `
 SELECT id, from_status, attempts, created_at, workflow_id, step FROM bulk`
+
+// bulkPruneHeads reads the heads of queue $1 as the dispatcher does (each priority's
+// first due task in tasks_dispatch_idx) and as the sweep does (dueQueues' probe of
+// tasks_queue_due_idx), after a batch of a bulk cancel: its scans step over the index
+// entries the batch left dead and mark them so (PostgreSQL's kill_prior_tuple), so
+// the dispatcher's own scans, which run on the loop that serves every queue of a
+// replica, never step over more than a batch of them. It changes nothing.
+const bulkPruneHeads = `SELECT
+	(SELECT count(*) FROM generate_series(1, 10) AS level(priority) CROSS JOIN LATERAL (
+		SELECT 1 FROM tasks WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+			AND scheduled_at <= now()
+		ORDER BY scheduled_at LIMIT 1) head),
+	EXISTS (SELECT 1 FROM tasks WHERE queue = $1 AND status IN ('pending', 'retry') AND priority > 0
+		AND scheduled_at <= now())`
 
 // bulkCancelIDs cancels the tasks $2 of queue $1 as cancelTask does one: a waiting
 // task ends cancelled, an executing one is flagged for its worker; finished tasks
