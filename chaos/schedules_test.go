@@ -115,18 +115,38 @@ func firingBlocked(events []event, from, to time.Time) bool {
 }
 
 // verifySchedules checks the tasks h.schedules made, from PostgreSQL: each stands
-// for a tick of its schedule (scheduled_at on the schedule's grid), no tick has two
+// for a tick of its schedule (the tick its key names is on the schedule's grid, and a
+// task never retried has it as scheduled_at), no tick has two
 // tasks, every tick from the first to the pause has a task unless no scheduler could
 // fire between it and the next tick (PostgreSQL down, or every replica), and every
 // such task ended done.
 func (h *harness) verifySchedules(tasks []dbTask, events []event, rep *report) {
+	// A tick's task keeps the tick as scheduled_at until an attempt of it is lost and it
+	// is retried later; its idempotency key names the tick for good.
+	var doubled, offGrid, missed, notDone, unknown []string
 	byName := map[string][]dbTask{}
 	for _, t := range tasks {
-		if t.Schedule != nil {
-			byName[*t.Schedule] = append(byName[*t.Schedule], t)
+		if t.Schedule == nil {
+			continue
 		}
+		var tick time.Time
+		var err error
+		if t.Key == nil {
+			err = fmt.Errorf("no idempotency key")
+		} else {
+			tick, err = time.Parse(time.RFC3339, strings.TrimPrefix(*t.Key, "schedule:"+*t.Schedule+":"))
+		}
+		if err != nil {
+			offGrid = append(offGrid, fmt.Sprintf("%s %s: key names no tick: %v", *t.Schedule, t.ID, err))
+			continue
+		}
+		if t.Attempts <= 1 && !t.Scheduled.Equal(tick) {
+			offGrid = append(offGrid, fmt.Sprintf("%s %s: tick %s, scheduled_at %s, never retried", *t.Schedule, t.ID,
+				tick.Format(time.StampMicro), t.Scheduled.Format(time.StampMicro)))
+		}
+		t.Scheduled = tick
+		byName[*t.Schedule] = append(byName[*t.Schedule], t)
 	}
-	var doubled, offGrid, missed, notDone, unknown []string
 	fired, collapsed := 0, 0
 	for name := range byName {
 		if !slices.ContainsFunc(h.schedules, func(s *chaosSchedule) bool { return s.Name == name }) {

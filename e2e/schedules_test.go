@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,7 +112,8 @@ func (c *scheduleCluster) upThroughout(from, to time.Time) (upSpan, bool) {
 // replica every three seconds (restarted a second later), flushes Redis twice, and
 // once kills all three for six and a half ticks; a worker polls and acks the tasks
 // throughout. Then it pauses the schedule on one replica and resumes it on another.
-// From PostgreSQL: every task stands for a tick of the schedule's grid, no tick has
+// From PostgreSQL: every task stands for a tick of the schedule's grid (its key names
+// the tick, and a task never retried has it as scheduled_at), no tick has
 // two tasks, no tick is missing unless no replica was up from the tick to the next
 // one, the all-down window ends in exactly one catch-up task, nothing fired while
 // paused, and every task ran to done.
@@ -264,20 +266,39 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 		return open == 0
 	})
 
+	// A tick's task keeps the tick as scheduled_at until an attempt of it is lost (its
+	// worker's replica was killed before the ack arrived) and it is retried later; its
+	// idempotency key names the tick for good.
 	type tickRow struct {
-		At      time.Time
-		Created time.Time
-		Key     string
+		At        time.Time // the tick, from the key
+		Scheduled time.Time
+		Created   time.Time
+		Key       string
+		Attempts  int
 	}
-	rows, err := conn.Query(context.Background(), `SELECT scheduled_at, created_at, idempotency_key FROM tasks
-		WHERE schedule = 'every-second' ORDER BY scheduled_at, created_at`)
+	rows, err := conn.Query(context.Background(), `SELECT scheduled_at, created_at, idempotency_key, attempts FROM tasks
+		WHERE schedule = 'every-second'`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tickRow])
-	if err != nil {
+	var all []tickRow
+	for rows.Next() {
+		var tk tickRow
+		if err := rows.Scan(&tk.Scheduled, &tk.Created, &tk.Key, &tk.Attempts); err != nil {
+			t.Fatal(err)
+		}
+		if tk.At, err = time.Parse(time.RFC3339, strings.TrimPrefix(tk.Key, "schedule:every-second:")); err != nil {
+			t.Fatalf("task key %q names no tick: %v", tk.Key, err)
+		}
+		if tk.Attempts <= 1 && !tk.Scheduled.Equal(tk.At) {
+			t.Errorf("task of tick %s (never retried) has scheduled_at %s", tk.At, tk.Scheduled)
+		}
+		all = append(all, tk)
+	}
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	slices.SortFunc(all, func(a, b tickRow) int { return a.At.Compare(b.At) })
 	// Ticks before the pause are on the creation's grid; a resume starts a new one.
 	var ticks, afterResume []tickRow
 	for _, tk := range all {
