@@ -232,6 +232,9 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	peak := map[string]int{}
 	sampler := dbConn(t, a.Config.DatabaseURL)
 	sampled := make(chan struct{})
+	// Stop the sampler before its connection closes, even when the test fails early
+	// (cleanups run last registered first).
+	t.Cleanup(func() { cancel(); <-sampled })
 	go func() { // sample executing tasks from PostgreSQL throughout
 		defer close(sampled)
 		for ctx.Err() == nil {
