@@ -53,17 +53,29 @@ func (h *heartbeater) learn(d time.Duration) {
 	}
 }
 
-// run heartbeats until ctx ends. Each held job's first heartbeat comes at most one
-// interval after its claim, and every next one an interval after that.
+// run heartbeats until ctx ends, on a fixed schedule as a ticker keeps it: each
+// tick is an interval after the previous one, whatever the request in between
+// took, and ticks missed while a slow request was out are dropped. So each held
+// job's first heartbeat comes at most one interval after its claim, and a cancel
+// reaches its handler at most one interval (plus a request) after it is requested.
 func (h *heartbeater) run(ctx context.Context) {
+	clock := h.r.clock
+	every := func() time.Duration { return time.Duration(h.interval.Load()) }
+	next := clock.Now().Add(every())
 	for {
-		interval := time.Duration(h.interval.Load())
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.shorter:
+			if sooner := clock.Now().Add(every()); sooner.Before(next) {
+				next = sooner
+			}
 			continue
-		case <-h.r.clock.After(interval):
+		case <-clock.After(max(next.Sub(clock.Now()), 0)):
+		}
+		interval := every()
+		for now := clock.Now(); !next.After(now); {
+			next = next.Add(interval)
 		}
 		jobs := h.r.slots.beating()
 		for len(jobs) > 0 {
