@@ -341,21 +341,14 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	t, err := s.store.CancelTask(c, queue, id)
+	t, err := s.lc.Cancel(c, queue, id)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
 	if t.Status == storage.StatusExecuting {
-		c.JSON(http.StatusAccepted, t.Task)
+		c.JSON(http.StatusAccepted, t.Task) // the worker hears of it on its next heartbeat
 		return
-	}
-	s.cfg.Telemetry.Transition(ofStep(t.Task, telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
-		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"}))
-	s.AnnounceTerminal(c, id)
-	// The buffer may still hold the id; a claim would skip it anyway.
-	if err := s.buf.Remove(c, queue, id); err != nil {
-		s.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
 	}
 	c.JSON(http.StatusOK, t.Task)
 }
