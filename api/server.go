@@ -77,10 +77,6 @@ type Server struct {
 	hub    *wakeHub
 	limits *ratelimit.Settings // the lifecycle's
 	engine *gin.Engine
-	// OnEnqueued, when set, is called after an enqueue created tasks. Without LISTEN
-	// (behind a transaction pooler) nothing else tells this replica's dispatcher of
-	// them before its sweep; with LISTEN, the enqueue's NOTIFY does, so leave it nil.
-	OnEnqueued func(queue string)
 	// OnScheduleChange, when set, is called when a schedule is created or changed, so
 	// the replica's scheduler re-plans its sleep at once.
 	OnScheduleChange func()

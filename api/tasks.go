@@ -13,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -175,30 +174,10 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
 }
 
-// insert stores tasks under an enqueue span that joins the producer's trace (the
-// request's traceparent header), records that span's traceparent with each task, and
-// reports the tasks it created.
+// insert enqueues tasks through the lifecycle, under a span that joins the
+// producer's trace (the request's traceparent header).
 func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
-	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
-	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.enqueue",
-		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
-	defer span.End()
-	out, err := s.store.Enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
-	if err != nil {
-		span.RecordError(err)
-		return nil, err
-	}
-	created := false
-	for _, e := range out {
-		if e.Created {
-			created = true
-			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
-		}
-	}
-	if created && s.OnEnqueued != nil {
-		s.OnEnqueued(queue)
-	}
-	return out, nil
+	return s.lc.Enqueue(telemetry.FromHeader(c, c.GetHeader("traceparent")), queue, tasks)
 }
 
 // taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.

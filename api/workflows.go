@@ -13,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/storage"
@@ -186,34 +185,14 @@ func (s *Server) submitWorkflow(c *gin.Context) {
 		return
 	}
 	// The steps' spans join the submission's trace, as an enqueue's tasks do.
-	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
-	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.workflow.submit",
-		attribute.String("taskforge.workflow_id", w.ID.String()), attribute.Int("taskforge.steps", len(w.Steps)))
-	defer span.End()
-	w.Traceparent = telemetry.Traceparent(ctx)
-	out, err := s.store.SubmitWorkflow(ctx, w)
+	out, err := s.lc.SubmitWorkflow(telemetry.FromHeader(c, c.GetHeader("traceparent")), w)
 	if err != nil {
-		span.RecordError(err)
 		s.fail(c, err)
 		return
 	}
 	if !out.Created {
 		c.JSON(http.StatusOK, out.Workflow)
 		return
-	}
-	s.cfg.Telemetry.Workflow("submitted")
-	var woken []string
-	for _, st := range out.Workflow.Steps {
-		s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: st.TaskID, Queue: *st.Queue, To: *st.Status,
-			WorkflowID: out.Workflow.ID, Step: st.Step})
-		if *st.Status == storage.StatusPending && !slices.Contains(woken, *st.Queue) {
-			woken = append(woken, *st.Queue)
-		}
-	}
-	if s.OnEnqueued != nil {
-		for _, q := range woken {
-			s.OnEnqueued(q)
-		}
 	}
 	c.JSON(http.StatusCreated, out.Workflow)
 }

@@ -264,7 +264,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// dispatcher told of the work it leaves.
 	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, s.Dispatcher, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
-		Telemetry: s.Telemetry}, log.With("component", "lifecycle"))
+		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
+		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
 	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
@@ -283,9 +284,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "watchdog"))
 	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
 	s.API.OnScheduleChange = s.Scheduler.Wake
-	if noListen { // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
-		s.API.OnEnqueued = s.Dispatcher.Wake
-	}
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))

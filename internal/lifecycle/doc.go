@@ -1,9 +1,11 @@
-// Package lifecycle owns every transition of a task after it was enqueued, end to
+// Package lifecycle owns every transition of a task, from its enqueue on, end to
 // end: the PostgreSQL statement (package storage keeps the SQL), the Redis follow-up
 // (package buffer: concurrency slots, buffer entries, wake-ups, the announcement of
 // finished tasks) and the telemetry event (transition log, metrics, spans). Each
 // transition reads top to bottom in one function:
 //
+//	Enqueue            new → pending, and SubmitWorkflow for a workflow's steps
+//	                   (enqueue.go)
 //	Claim, ClaimPush   buffered → executing: pop within the token bucket and the
 //	                   concurrency slots, claim through the group commit, put back
 //	                   or free what was not claimed (claim.go)

@@ -39,6 +39,10 @@ type Config struct {
 	// LowWater is the buffer size below which a claim calls Waker.WakeLow. Zero
 	// never does.
 	LowWater int
+	// WakeOnEnqueue makes an enqueue that created tasks call Waker.Wake. Set it when
+	// the dispatcher does not LISTEN (behind a transaction pooler): nothing else
+	// tells it of them before its sweep. With LISTEN, the enqueue's NOTIFY does.
+	WakeOnEnqueue bool
 	// Telemetry receives metrics, transition logs and spans; nil disables them.
 	Telemetry *telemetry.Telemetry
 }
