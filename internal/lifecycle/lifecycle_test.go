@@ -199,3 +199,62 @@ func TestCancelDropsBufferedTask(t *testing.T) {
 		t.Fatalf("second cancel: %v, want ErrTaskNotCancellable", err)
 	}
 }
+
+// TestReclaimNackAndReplay follows a task through a lost lease (the watchdog's
+// reclaim frees the slot and plans the retry), a permanent failure (dead, its waiter
+// told) and a replay (a new pending task, the dispatcher told).
+func TestReclaimNackAndReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.enqueue(t, 2)
+	limits, _, err := b.lc.Limits().Get(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, _, err := b.lc.Claim(ctx, "crashed", "q", limits, 1, 50*time.Millisecond)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("claim: %d %v", len(lost), err)
+	}
+	var reclaimed []storage.Reclaimed
+	deadline := time.Now().Add(5 * time.Second)
+	for len(reclaimed) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // the lease expires on the database clock
+		if reclaimed, err = b.lc.Reclaim(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(reclaimed) != 1 || reclaimed[0].TaskID != ids[0] || reclaimed[0].Status != storage.StatusRetry {
+		t.Fatalf("reclaimed %+v, want the first task sent to retry", reclaimed)
+	}
+	if due, _ := b.wake.woken(); !slices.Equal(due, []string{"q"}) {
+		t.Fatalf("Wake heard %v, want q (the retry)", due)
+	}
+
+	// The reclaim freed the only slot: the second task can run, and fails for good.
+	next := b.claim(t, "w")
+	if len(next) != 1 || next[0].ID != ids[1] {
+		t.Fatalf("claimed %+v after the reclaim, want the second task", next)
+	}
+	ended, leave := b.lc.AwaitEnd(ids[1])
+	defer leave()
+	dead, err := b.lc.Nack(ctx, storage.Nack{TaskID: ids[1], LeaseToken: *next[0].LeaseToken, WorkerID: "w",
+		Error: "bad input", Retryable: false})
+	if err != nil || dead.Status != storage.StatusDead {
+		t.Fatalf("permanent nack: %+v %v", dead, err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dead task's waiter was not woken")
+	}
+
+	replayed, err := b.lc.Replay(ctx, "q", []uuid.UUID{ids[1]}, false)
+	if err != nil || len(replayed) != 1 || replayed[0].ReplayedFrom == nil || *replayed[0].ReplayedFrom != ids[1] ||
+		replayed[0].Status != storage.StatusPending {
+		t.Fatalf("replay: %+v %v", replayed, err)
+	}
+	if due, _ := b.wake.woken(); !slices.Equal(due, []string{"q", "q"}) {
+		t.Fatalf("Wake heard %v, want q twice (the retry, the replay)", due)
+	}
+}
