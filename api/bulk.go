@@ -1,14 +1,13 @@
 package api
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 // StatusBlocked is the status of a workflow task waiting on its parents. Bulk cancel
@@ -66,42 +65,8 @@ func (s *Server) cancelMany(c *gin.Context) {
 		}
 	}
 	queue := c.Param("name")
-	cancelled, requested := 0, 0
-	each := func(batch []storage.BulkCancelled) {
-		s.onBulkBatch(len(batch))
-		var ended, buffered []uuid.UUID
-		for _, t := range batch {
-			if t.FromStatus == storage.StatusExecuting {
-				requested++
-				continue
-			}
-			cancelled++
-			ended = append(ended, t.ID)
-			if t.FromStatus == storage.StatusClaimed {
-				buffered = append(buffered, t.ID)
-			}
-			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
-				To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by bulk request"})
-		}
-		ctx := context.WithoutCancel(c)
-		// A claim would skip these ids anyway (they are no longer claimed); removing
-		// them keeps them from taking a poll's place.
-		if len(buffered) > 0 {
-			if err := s.buf.Remove(ctx, queue, buffered...); err != nil {
-				s.log.Warn("cancelled tasks left in buffer", "queue", queue, "tasks", len(buffered), "err", err)
-			}
-		}
-		s.AnnounceTerminal(ctx, ended...)
-	}
-	var err error
-	if statuses != nil {
-		_, err = s.store.CancelWaiting(c, queue, statuses, s.bulkBatch(), each)
-	} else {
-		var batch []storage.BulkCancelled
-		if batch, err = s.store.CancelTasks(c, queue, req.IDs); err == nil && len(batch) > 0 {
-			each(batch)
-		}
-	}
+	cancelled, requested, err := s.lc.CancelMany(c, queue, lifecycle.CancelSelection{IDs: req.IDs, Statuses: statuses,
+		Rows: s.bulkBatch(), AfterBatch: s.onBulkBatch})
 	if err != nil {
 		if cancelled+requested > 0 { // the batches before the failure stay committed
 			s.log.Warn("bulk cancel stopped early", "queue", queue, "cancelled", cancelled, "err", err)

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 // deadTask is a task as the dead-letter listing shows it.
@@ -52,13 +51,11 @@ func (s *Server) replayOne(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	tasks, err := s.store.Replay(c, queue, []uuid.UUID{id}, false)
+	tasks, err := s.lc.Replay(c, queue, []uuid.UUID{id}, false)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.replayed(tasks)
-	s.due(queue)
 	c.JSON(http.StatusCreated, tasks[0])
 }
 
@@ -91,13 +88,11 @@ func (s *Server) replayMany(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	tasks, err := s.store.Replay(c, queue, req.IDs, req.All)
+	tasks, err := s.lc.Replay(c, queue, req.IDs, req.All)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.replayed(tasks)
-	s.due(queue)
 	c.JSON(http.StatusOK, gin.H{"replayed": tasks})
 }
 
@@ -112,19 +107,4 @@ func (s *Server) discardDead(c *gin.Context) {
 		return
 	}
 	c.Status(http.StatusNoContent)
-}
-
-// replayed reports the tasks a replay created.
-func (s *Server) replayed(tasks []storage.Task) {
-	for _, t := range tasks {
-		s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: t.Status,
-			Reason: "replay of " + t.ReplayedFrom.String()}))
-	}
-}
-
-// due tells this replica's dispatcher that queue has work due now.
-func (s *Server) due(queue string) {
-	if s.OnDue != nil {
-		s.OnDue(queue)
-	}
 }

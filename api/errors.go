@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -98,10 +99,10 @@ func toAPIError(err error) *Error {
 		return apiErr
 	}
 	switch {
-	case errors.Is(err, errCommitTimeout):
+	case errors.Is(err, lifecycle.ErrCommitTimeout):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "PostgreSQL did not finish the commit in time; it may have taken effect; retry later"}
-	case errors.Is(err, errCommitOverloaded):
+	case errors.Is(err, lifecycle.ErrCommitOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "too many requests are waiting for a commit on this replica; retry later"}
 	}

@@ -1,10 +1,14 @@
 package api
 
-import "context"
+import (
+	"context"
+
+	"github.com/taskforge/taskforge/internal/lifecycle"
+)
 
 // SetAfterClaim makes s call f with the poll's request context after each claim
 // commits, before the poll answers (for tests of what happens in between).
-func SetAfterClaim(s *Server, f func(context.Context)) { s.afterClaim = f }
+func SetAfterClaim(s *Server, f func(context.Context)) { lifecycle.SetAfterClaim(s.lc, f) }
 
 // CommitHooks watch and steer a Server's group commit (of acks, or of claims), for
 // tests that need to know when a batch runs or to hold it.
@@ -18,12 +22,12 @@ type CommitHooks struct {
 
 // SetAckCommitHooks installs h on s's group commit of acks.
 func SetAckCommitHooks(s *Server, h CommitHooks) {
-	s.acks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+	lifecycle.SetAckCommitHooks(s.lc, lifecycle.CommitHooks(h))
 }
 
 // SetClaimCommitHooks installs h on s's group commit of claims.
 func SetClaimCommitHooks(s *Server, h CommitHooks) {
-	s.claims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+	lifecycle.SetClaimCommitHooks(s.lc, lifecycle.CommitHooks(h))
 }
 
 // SetBulkBatch makes s's bulk operations change at most rows rows per transaction and
@@ -33,7 +37,7 @@ func SetBulkBatch(s *Server, rows int, after func(rows int)) {
 }
 
 // TaskWaiters returns how many requests wait on s for a task to end.
-func TaskWaiters(s *Server) int { return s.done.count() }
+func TaskWaiters(s *Server) int { return s.lc.Waiting() }
 
 // Parked is how many long polls wait on queue: a test that needs a poll parked
 // (past its claims, waiting for a wake-up) before it acts waits for this.

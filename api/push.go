@@ -8,9 +8,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/storage"
 )
@@ -130,53 +127,6 @@ func (s *Server) notPush(ctx context.Context, queue string) error {
 		return nil // the claim meets the error, or skips the unknown queue
 	}
 	return invalid("queue %q delivers its tasks to an HTTP target (push); it cannot be polled", queue)
-}
-
-// The methods below are the worker protocol's transitions for in-process workers
-// (package push): the same pop, claim, ack and nack as the HTTP handlers, with the
-// same follow-ups (concurrency slots, telemetry, waiters, the dispatcher).
-
-// ClaimPush pops up to want tasks of a push queue, within its flow-control limits,
-// and claims them for workerID with a lease of the given length. It returns no
-// tasks for a queue that does not exist or no longer pushes, and, when the queue's
-// rate limit held tasks back, how long until it has a token.
-func (s *Server) ClaimPush(ctx context.Context, workerID, queue string, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
-	limits, ok, err := s.limits.Get(ctx, queue)
-	if err != nil {
-		return nil, 0, fmt.Errorf("settings of queue %s: %w", queue, err)
-	}
-	if !ok || !limits.Push {
-		return nil, 0, nil
-	}
-	return s.claimFrom(ctx, workerID, queue, limits, want, lease)
-}
-
-// AckPush records that a push attempt succeeded, with result (nil for none). It
-// returns storage.ErrLeaseLost when the lease is no longer held.
-func (s *Server) AckPush(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (storage.Task, error) {
-	outcomes, err := s.acks.do(ctx, storage.AckItem{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result})
-	if err != nil {
-		return storage.Task{}, fmt.Errorf("ack task %s: %w", taskID, err)
-	}
-	if outcomes[0].err != nil {
-		return storage.Task{}, outcomes[0].err
-	}
-	s.finished(ctx, outcomes[0].task, workerID, "")
-	return outcomes[0].task, nil
-}
-
-// NackPush records that a push attempt failed: the task retries (after
-// n.RetryAfterMs, when set), dies, or ends cancelled, as a worker's nack would.
-func (s *Server) NackPush(ctx context.Context, n storage.Nack) (storage.Task, error) {
-	t, err := s.store.Nack(ctx, n)
-	if err != nil {
-		return storage.Task{}, err
-	}
-	s.finished(ctx, t, n.WorkerID, "")
-	if t.Status == storage.StatusRetry {
-		s.due(t.Queue)
-	}
-	return t, nil
 }
 
 // ParkForWork registers the caller as waiting for work buffered for one of

@@ -172,48 +172,21 @@ func (s *Server) resumeQueue(c *gin.Context) {
 	s.changeQueue(c, func(q *storage.Queue) error { q.Paused = false; return nil })
 }
 
-// changeQueue applies change to the queue named in the path and makes it take effect
-// here at once (other replicas follow within ratelimit.RefreshInterval).
+// changeQueue applies change to the queue named in the path; the lifecycle makes it
+// take effect here at once (other replicas follow within ratelimit.RefreshInterval).
 func (s *Server) changeQueue(c *gin.Context, change func(*storage.Queue) error) {
-	name := c.Param("name")
-	var before storage.Queue
-	q, err := s.store.UpdateQueue(c, name, func(q *storage.Queue) error {
-		before = *q
-		return change(q)
-	})
+	q, err := s.lc.ChangeQueue(c, c.Param("name"), change)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.limits.Set(q)
-	if !equalPtr(before.MaxConcurrency, q.MaxConcurrency) {
-		// The running set is only kept while a cap is on: rebuild it before the next pop.
-		if err := s.buf.Unsync(c, name); err != nil {
-			s.log.Warn("could not reset concurrency slots", "queue", name, "err", err)
-		}
-	}
-	if before.Paused && !q.Paused {
-		s.due(name) // dispatch what waited in PostgreSQL
-		if err := s.buf.Wake(c, name, maxPollTasks*10); err != nil {
-			s.log.Warn("could not wake pollers after resume", "queue", name, "err", err)
-		}
-	}
 	c.JSON(http.StatusOK, queueView(q))
 }
 
-func equalPtr[T comparable](a, b *T) bool {
-	return (a == nil) == (b == nil) && (a == nil || *a == *b)
-}
-
 func (s *Server) deleteQueue(c *gin.Context) {
-	name := c.Param("name")
-	if err := s.store.DeleteQueue(c, name); err != nil {
+	if err := s.lc.DeleteQueue(c, c.Param("name")); err != nil {
 		s.fail(c, err)
 		return
-	}
-	s.limits.Forget(name)
-	if err := s.buf.Drop(c, name); err != nil {
-		s.log.Warn("queue deleted but its buffer was not dropped", "queue", name, "err", err)
 	}
 	c.Status(http.StatusNoContent)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 // scheduleFields are the fields of a schedule that POST and PATCH may set.
@@ -207,13 +206,10 @@ func (s *Server) deleteSchedule(c *gin.Context) {
 
 // triggerSchedule enqueues the schedule's task now; its next tick is unchanged.
 func (s *Server) triggerSchedule(c *gin.Context) {
-	_, task, err := s.store.TriggerSchedule(c, c.Param("name"))
+	task, err := s.lc.TriggerSchedule(c, c.Param("name"))
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: task.ID, Queue: task.Queue, To: storage.StatusPending,
-		Reason: "schedule " + *task.Schedule + " triggered"})
-	s.due(task.Queue)
 	c.JSON(http.StatusCreated, task)
 }

@@ -2,9 +2,10 @@
 // openapi.yaml, served at GET /openapi.json): queues, tasks, the worker protocol,
 // the dead-letter queue and health endpoints.
 //
-// Handlers validate every input before touching anything (bad input gets a 4xx JSON
-// error and changes nothing), then call storage for every state change and the
-// buffer for hints. The API never changes task state in Redis and keeps no state
+// Handlers decode and validate every input before touching anything (bad input gets
+// a 4xx JSON error and changes nothing), then make every task transition through
+// package lifecycle, which owns its statement, Redis follow-up and telemetry, and
+// encode the answer. The API never changes task state in Redis and keeps no state
 // that another replica would need: long-poll waiters are local, and are woken by
 // the buffer's pub/sub channel, which every replica hears.
 package api
@@ -18,10 +19,10 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -41,14 +42,6 @@ type Config struct {
 	// WakeFallback bounds how long a long-poll waits between buffer checks when no
 	// wake-up arrives (a lost pub/sub message). Defaults to 1s.
 	WakeFallback time.Duration
-	// CommitTimeout bounds each try of a group commit (the shared statement of
-	// concurrent acks, or of concurrent polls' claims); its callers get 503 when it
-	// passes, and the statement may or may not have taken effect. Defaults to 5s.
-	CommitTimeout time.Duration
-	// CommitMaxWaiting bounds the acks, and apart from them the polls, waiting for
-	// a group commit behind the one running; beyond it, requests get 503 at once.
-	// Defaults to 2,000.
-	CommitMaxWaiting int
 	// Telemetry receives metrics and transition logs; nil disables them.
 	Telemetry *telemetry.Telemetry
 	// TrustedOrigins may send state-changing requests cross-origin (a reverse proxy
@@ -71,8 +64,6 @@ func (c Config) WithDefaults() Config {
 	c.BackoffBase = cmp.Or(c.BackoffBase, time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, time.Hour)
 	c.WakeFallback = cmp.Or(c.WakeFallback, time.Second)
-	c.CommitTimeout = cmp.Or(c.CommitTimeout, 5*time.Second)
-	c.CommitMaxWaiting = cmp.Or(c.CommitMaxWaiting, 2000)
 	return c
 }
 
@@ -80,26 +71,12 @@ func (c Config) WithDefaults() Config {
 type Server struct {
 	store  *storage.Store
 	buf    *buffer.Buffer
+	lc     *lifecycle.Lifecycle // every task transition (claim, ack, cancel, …)
 	cfg    Config
 	log    *slog.Logger
 	hub    *wakeHub
-	done   *doneHub // requests awaiting a task's end (await.go)
-	acks   *groupCommit[storage.AckItem, ackOutcome]
-	claims *groupCommit[claimRequest, []storage.Task]
-	limits *ratelimit.Settings
+	limits *ratelimit.Settings // the lifecycle's
 	engine *gin.Engine
-	// OnDue, when set, is called when a nack or replay leaves a queue with work due
-	// now, so the replica's dispatcher can run without waiting for its tick.
-	OnDue func(queue string)
-	// OnEnqueued, when set, is called after an enqueue created tasks. Without LISTEN
-	// (behind a transaction pooler) nothing else tells this replica's dispatcher of
-	// them before its sweep; with LISTEN, the enqueue's NOTIFY does, so leave it nil.
-	OnEnqueued func(queue string)
-	// OnLow, when set, is called when a poll leaves a queue's buffer nearly empty
-	// (below LowWater ids), so the replica's dispatcher refills it from the backlog.
-	OnLow func(queue string)
-	// LowWater is the buffer size that counts as nearly empty.
-	LowWater int
 	// OnScheduleChange, when set, is called when a schedule is created or changed, so
 	// the replica's scheduler re-plans its sleep at once.
 	OnScheduleChange func()
@@ -108,11 +85,7 @@ type Server struct {
 	seen   map[string]time.Time // worker id → when this replica last recorded it
 
 	drainOnce sync.Once
-	draining  chan struct{}
-
-	// afterClaim, set only by tests (export_test.go), runs with the poll's request
-	// context once a claim committed and before the poll answers.
-	afterClaim func(context.Context) // closed by Drain: long polls return at once
+	draining  chan struct{} // closed by Drain: long polls return at once
 
 	// bulkRows and afterBulkBatch, set only by tests (export_test.go), override the
 	// rows per transaction of bulk operations and hear of each committed batch.
@@ -124,14 +97,12 @@ type Server struct {
 // for them; other requests are unaffected.
 func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-// New returns a Server. Call Run to receive wake-ups and Handler to serve.
-func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) (*Server, error) {
+// New returns a Server whose handlers make every task transition through lc. Call
+// Run to receive wake-ups and Handler to serve.
+func New(store *storage.Store, buf *buffer.Buffer, lc *lifecycle.Lifecycle, cfg Config, log *slog.Logger) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(), done: newDoneHub(),
-		limits: ratelimit.NewSettings(store, log),
-		seen:   make(map[string]time.Time), draining: make(chan struct{})}
-	s.acks = newAckCommit(store, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
-	s.claims = newClaimCommit(store, s.cfg.LeaseTimeout, s.cfg.CommitMaxWaiting, s.cfg.CommitTimeout, s.cfg.Telemetry, log)
+	s := &Server{store: store, buf: buf, lc: lc, cfg: cfg.WithDefaults(), log: log, hub: newWakeHub(),
+		limits: lc.Limits(), seen: make(map[string]time.Time), draining: make(chan struct{})}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -212,14 +183,6 @@ func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger)
 	return s, nil
 }
 
-// ReleaseSlots frees the concurrency slots of tasks that stopped executing without
-// this API seeing it (the watchdog reclaimed them).
-func (s *Server) ReleaseSlots(ctx context.Context, queue string, ids ...uuid.UUID) {
-	if err := s.buf.Release(ctx, queue, ids...); err != nil {
-		s.log.Warn("concurrency slots not released; the dispatcher's repair pass will", "queue", queue, "err", err)
-	}
-}
-
 // Handler returns the HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }
 
@@ -247,7 +210,7 @@ func (s *Server) Run(ctx context.Context) error {
 				return nil
 			}
 			if msg.Channel == s.buf.DoneChannel() {
-				s.done.wake(buffer.ParseDone(msg.Payload))
+				s.lc.HearEnded(buffer.ParseDone(msg.Payload))
 			} else if queue, n, ok := buffer.ParseWake(msg.Payload); ok {
 				s.hub.wake(queue, n)
 			}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -175,30 +174,10 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
 }
 
-// insert stores tasks under an enqueue span that joins the producer's trace (the
-// request's traceparent header), records that span's traceparent with each task, and
-// reports the tasks it created.
+// insert enqueues tasks through the lifecycle, under a span that joins the
+// producer's trace (the request's traceparent header).
 func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
-	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
-	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.enqueue",
-		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
-	defer span.End()
-	out, err := s.store.Enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
-	if err != nil {
-		span.RecordError(err)
-		return nil, err
-	}
-	created := false
-	for _, e := range out {
-		if e.Created {
-			created = true
-			s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
-		}
-	}
-	if created && s.OnEnqueued != nil {
-		s.OnEnqueued(queue)
-	}
-	return out, nil
+	return s.lc.Enqueue(telemetry.FromHeader(c, c.GetHeader("traceparent")), queue, tasks)
 }
 
 // taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.
@@ -341,21 +320,14 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	t, err := s.store.CancelTask(c, queue, id)
+	t, err := s.lc.Cancel(c, queue, id)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
 	if t.Status == storage.StatusExecuting {
-		c.JSON(http.StatusAccepted, t.Task)
+		c.JSON(http.StatusAccepted, t.Task) // the worker hears of it on its next heartbeat
 		return
-	}
-	s.cfg.Telemetry.Transition(ofStep(t.Task, telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
-		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"}))
-	s.AnnounceTerminal(c, id)
-	// The buffer may still hold the id; a claim would skip it anyway.
-	if err := s.buf.Remove(c, queue, id); err != nil {
-		s.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
 	}
 	c.JSON(http.StatusOK, t.Task)
 }

@@ -10,13 +10,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/auth"
-	"github.com/taskforge/taskforge/internal/crashpoint"
-	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 const (
@@ -182,7 +178,7 @@ func (s *Server) poll(c *gin.Context) {
 		// The worker hung up while its tasks were being claimed (a worker stopping
 		// mid-poll): nobody will read this answer, so release them at once rather
 		// than leave them to wait out their lease.
-		s.releaseUnread(context.WithoutCancel(c), req.WorkerID, res.tasks)
+		s.lc.ReleaseUnread(context.WithoutCancel(c), req.WorkerID, res.tasks)
 		return
 	}
 	out := make([]polledTask, len(res.tasks))
@@ -200,21 +196,6 @@ func (s *Server) poll(c *gin.Context) {
 		body["acks"] = acked
 	}
 	c.JSON(http.StatusOK, body)
-}
-
-// releaseUnread releases tasks claimed for a poll whose caller went away. A task
-// that cannot be released waits out its lease, as it would have anyway.
-func (s *Server) releaseUnread(ctx context.Context, workerID string, tasks []storage.Task) {
-	for _, t := range tasks {
-		released, err := s.store.Release(ctx, storage.Release{TaskID: t.ID, LeaseToken: *t.LeaseToken, WorkerID: workerID,
-			Reason: "worker " + workerID + " hung up before the poll's answer reached it; released for another worker"})
-		if err != nil {
-			s.log.Warn("task claimed for a poll whose worker hung up not released; it retries when its lease expires",
-				"task_id", t.ID, "worker_id", workerID, "err", err)
-			continue
-		}
-		s.released(ctx, released, workerID)
-	}
 }
 
 // pollResult is what one poll obtained.
@@ -311,7 +292,7 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		if !ok || (p.prefetch && limits.MaxConcurrency > 0) {
 			continue // unknown queue, or a capped one a prefetch would hold a slot of
 		}
-		tasks, retryAfter, err := s.claimFrom(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0)
+		tasks, retryAfter, err := s.lc.Claim(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0)
 		res.tasks = append(res.tasks, tasks...)
 		if err != nil {
 			return res, err
@@ -321,138 +302,6 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		}
 	}
 	return res, nil
-}
-
-// claimFrom pops up to want ids from one queue and claims them in PostgreSQL, with
-// a lease of the given length (0: the configured LeaseTimeout).
-func (s *Server) claimFrom(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
-	var out []storage.Task
-	synced := false
-	for len(out) < want {
-		popped, err := s.buf.Pop(ctx, queue, want-len(out), limits)
-		if err != nil {
-			return out, 0, err
-		}
-		if popped.NeedSync && !synced {
-			// Redis lost the queue's concurrency slots: rebuild them, then pop again.
-			if err := s.buf.SyncSlots(ctx, s.store, queue); err != nil {
-				return out, 0, err
-			}
-			synced = true
-			continue
-		}
-		if len(popped.Entries) > 0 && popped.Remaining < s.LowWater && s.OnLow != nil {
-			s.OnLow(queue)
-		}
-		if len(popped.Entries) == 0 {
-			switch {
-			case popped.Paused:
-				s.cfg.Telemetry.LimitedPoll(queue, "paused")
-			case popped.AtCap:
-				s.cfg.Telemetry.LimitedPoll(queue, "concurrency")
-			case popped.RetryAfter > 0:
-				s.cfg.Telemetry.LimitedPoll(queue, "rate")
-			}
-			return out, popped.RetryAfter, nil
-		}
-		ids := make([]uuid.UUID, len(popped.Entries))
-		for i, e := range popped.Entries {
-			ids[i] = e.ID
-		}
-		crashpoint.Hit(crashpoint.AfterPop)
-		// Once popped, the ids must be claimed or given back even if the worker hangs up.
-		bg := context.WithoutCancel(ctx)
-		start := time.Now()
-		var claimed []storage.Task
-		won, err := s.claims.do(bg, claimRequest{ids: ids, workerID: workerID, lease: lease})
-		if err == nil {
-			claimed = won[0]
-		}
-		s.cfg.Telemetry.ObserveClaim(time.Since(start))
-		if err == nil && len(claimed) > 0 {
-			crashpoint.Hit(crashpoint.AfterClaimCommit)
-			if s.afterClaim != nil {
-				s.afterClaim(ctx)
-			}
-		}
-		if err != nil {
-			if perr := s.buf.Putback(bg, queue, popped.Entries); perr != nil {
-				s.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
-			}
-			s.releaseIfCapped(bg, limits, queue, ids...)
-			return out, 0, err
-		}
-		if len(claimed) < len(ids) {
-			// The rest were stale (cancelled, or taken by another replica): dropped, and
-			// the slots they took are freed.
-			s.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
-		}
-		for _, t := range claimed {
-			s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
-				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
-			s.cfg.Telemetry.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
-		}
-		out = append(out, claimed...)
-		if popped.RetryAfter > 0 {
-			return out, popped.RetryAfter, nil
-		}
-	}
-	return out, 0, nil
-}
-
-func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
-		attribute.String("taskforge.worker_id", workerID), attribute.Int("taskforge.attempt", t.Attempts)}
-	if t.WorkflowID != nil && t.Step != nil {
-		attrs = append(attrs, attribute.String("taskforge.workflow_id", t.WorkflowID.String()), attribute.String("taskforge.step", *t.Step))
-	}
-	return attrs
-}
-
-func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
-	got := make(map[uuid.UUID]bool, len(claimed))
-	for _, t := range claimed {
-		got[t.ID] = true
-	}
-	var out []uuid.UUID
-	for _, id := range ids {
-		if !got[id] {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// releaseIfCapped frees the concurrency slots of ids when queue has a cap.
-func (s *Server) releaseIfCapped(ctx context.Context, limits ratelimit.Limits, queue string, ids ...uuid.UUID) {
-	if limits.MaxConcurrency > 0 && len(ids) > 0 {
-		s.ReleaseSlots(ctx, queue, ids...)
-	}
-}
-
-// finished reports a task that stopped executing through this API and frees its slot.
-func (s *Server) finished(ctx context.Context, t storage.Task, workerID, reason string) {
-	var took time.Duration
-	if t.AttemptStartedAt != nil {
-		took = t.UpdatedAt.Sub(*t.AttemptStartedAt) // both on the database clock
-	}
-	s.cfg.Telemetry.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, WorkerID: workerID,
-		From: storage.StatusExecuting, To: t.Status, Attempt: t.Attempts, Duration: took, Reason: reason}))
-	if terminal(t.Status) {
-		s.AnnounceTerminal(ctx, t.ID)
-	}
-	span := "taskforge.nack"
-	switch {
-	case t.Status == storage.StatusDone:
-		span = "taskforge.ack"
-	case reason == "released":
-		span = "taskforge.release"
-	}
-	s.cfg.Telemetry.TaskSpan(span, t.Traceparent, append(taskAttrs(t, workerID), attribute.String("taskforge.status", t.Status))...)
-	limits, ok, err := s.limits.Get(ctx, t.Queue)
-	if err == nil && ok {
-		s.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
-	}
 }
 
 // recordWorker notes the worker as alive, at most once a second per replica.
@@ -563,19 +412,12 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	outcomes, err := s.acks.do(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})
+	t, err := s.lc.Ack(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	res := outcomes[0]
-	if res.err != nil {
-		s.fail(c, res.err)
-		return
-	}
-	crashpoint.Hit(crashpoint.AfterAckCommit)
-	s.finished(c, res.task, req.WorkerID, "")
-	c.JSON(http.StatusOK, res.task)
+	c.JSON(http.StatusOK, t)
 }
 
 type ackBatchRequest struct {
@@ -651,29 +493,27 @@ func (s *Server) ackItems(workerID string, acks []ackBatchItem) ([]storage.AckIt
 	return items, nil
 }
 
-// commitAcks acks items in one (group) commit. Each item succeeds or fails
+// commitAcks acks items in one (group) commit of the lifecycle. Each item succeeds or fails
 // (lease_lost) on its own; an error means the commit itself failed: nothing was
 // acked, or, when it timed out, nobody knows.
 func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]ackResult, error) {
-	outcomes, err := s.acks.do(ctx, items...)
+	outcomes, err := s.lc.AckMany(ctx, workerID, items)
 	if err != nil {
 		return nil, err
 	}
-	crashpoint.Hit(crashpoint.AfterAckCommit)
 	results := make([]ackResult, len(outcomes))
 	for i, o := range outcomes {
 		results[i].TaskID = items[i].TaskID
-		if o.err != nil {
-			apiErr := toAPIError(o.err)
+		if o.Err != nil {
+			apiErr := toAPIError(o.Err)
 			if apiErr.Status >= 500 {
-				return nil, o.err
+				return nil, o.Err
 			}
 			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
 			continue
 		}
-		t := o.task
+		t := o.Task
 		results[i].Task = &t
-		s.finished(ctx, t, workerID, "")
 	}
 	return results, nil
 }
@@ -716,16 +556,10 @@ func (s *Server) nack(c *gin.Context) {
 	}
 	n := storage.Nack{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID,
 		Error: req.Error, Retryable: req.Retryable == nil || *req.Retryable, RetryAfterMs: req.RetryAfterMs}
-	t, err := s.store.Nack(c, n)
+	t, err := s.lc.Nack(c, n)
 	if err != nil {
 		s.fail(c, err)
 		return
-	}
-	s.finished(c, t, req.WorkerID, "")
-	if t.Status == storage.StatusRetry {
-		// Let the dispatcher plan for this retry: now if it is due, else for when
-		// its backoff ends, rather than on its next tick.
-		s.due(t.Queue)
 	}
 	c.JSON(http.StatusOK, t)
 }
@@ -752,24 +586,13 @@ func (s *Server) release(c *gin.Context) {
 		s.fail(c, invalid("delay_ms must be an integer from 0 to %d", int64(maxReleaseDelayMs)))
 		return
 	}
-	t, err := s.store.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,
+	t, err := s.lc.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,
 		WorkerID: req.WorkerID, Reason: req.Reason, DelayMs: req.DelayMs})
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.released(c, t, req.WorkerID)
 	c.JSON(http.StatusOK, t)
-}
-
-// released reports a released task and lets the dispatcher put it back in the
-// buffer now rather than on its next tick, or, for a snoozed task, plan its next
-// pass for when the snooze ends.
-func (s *Server) released(ctx context.Context, t storage.Task, workerID string) {
-	s.finished(ctx, t, workerID, "released")
-	if t.Status == storage.StatusPending {
-		s.due(t.Queue)
-	}
 }
 
 func (s *Server) listWorkers(c *gin.Context) {

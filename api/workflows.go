@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/storage"
@@ -187,34 +185,14 @@ func (s *Server) submitWorkflow(c *gin.Context) {
 		return
 	}
 	// The steps' spans join the submission's trace, as an enqueue's tasks do.
-	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
-	ctx, span := s.cfg.Telemetry.StartSpan(ctx, "taskforge.workflow.submit",
-		attribute.String("taskforge.workflow_id", w.ID.String()), attribute.Int("taskforge.steps", len(w.Steps)))
-	defer span.End()
-	w.Traceparent = telemetry.Traceparent(ctx)
-	out, err := s.store.SubmitWorkflow(ctx, w)
+	out, err := s.lc.SubmitWorkflow(telemetry.FromHeader(c, c.GetHeader("traceparent")), w)
 	if err != nil {
-		span.RecordError(err)
 		s.fail(c, err)
 		return
 	}
 	if !out.Created {
 		c.JSON(http.StatusOK, out.Workflow)
 		return
-	}
-	s.cfg.Telemetry.Workflow("submitted")
-	var woken []string
-	for _, st := range out.Workflow.Steps {
-		s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: st.TaskID, Queue: *st.Queue, To: *st.Status,
-			WorkflowID: out.Workflow.ID, Step: st.Step})
-		if *st.Status == storage.StatusPending && !slices.Contains(woken, *st.Queue) {
-			woken = append(woken, *st.Queue)
-		}
-	}
-	if s.OnEnqueued != nil {
-		for _, q := range woken {
-			s.OnEnqueued(q)
-		}
 	}
 	c.JSON(http.StatusCreated, out.Workflow)
 }
@@ -288,49 +266,10 @@ func (s *Server) cancelWorkflow(c *gin.Context) {
 	if !ok {
 		return
 	}
-	w, changed, err := s.store.CancelWorkflow(c, w.ID)
+	w, err := s.lc.CancelWorkflow(c, w.ID)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.cfg.Telemetry.Workflow("cancelled")
-	s.stepsCancelled(c, changed, "workflow cancelled by request")
 	c.JSON(http.StatusOK, w)
-}
-
-// stepsCancelled reports the step tasks a workflow's cancellation changed, and keeps
-// the cancelled ones from taking a poll's place in the buffer.
-func (s *Server) stepsCancelled(c *gin.Context, changed []storage.CancelledStep, reason string) {
-	ctx := context.WithoutCancel(c)
-	buffered := map[string][]uuid.UUID{}
-	var ended []uuid.UUID
-	for _, t := range changed {
-		if t.FromStatus == storage.StatusExecuting {
-			continue // the worker hears of it on its next heartbeat
-		}
-		ended = append(ended, t.ID)
-		if t.FromStatus == storage.StatusClaimed {
-			buffered[t.Queue] = append(buffered[t.Queue], t.ID)
-		}
-		tr := telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: t.FromStatus, To: storage.StatusCancelled,
-			Attempt: t.Attempts, Reason: reason}
-		if t.WorkflowID != nil && t.Step != nil {
-			tr.WorkflowID, tr.Step = *t.WorkflowID, *t.Step
-		}
-		s.cfg.Telemetry.Transition(tr)
-	}
-	for q, ids := range buffered {
-		if err := s.buf.Remove(ctx, q, ids...); err != nil {
-			s.log.Warn("cancelled steps left in buffer", "queue", q, "tasks", len(ids), "err", err)
-		}
-	}
-	s.AnnounceTerminal(ctx, ended...)
-}
-
-// ofStep adds the workflow step that task t runs, if any, to a transition of t.
-func ofStep(t storage.Task, tr telemetry.Transition) telemetry.Transition {
-	if t.WorkflowID != nil && t.Step != nil {
-		tr.WorkflowID, tr.Step = *t.WorkflowID, *t.Step
-	}
-	return tr
 }

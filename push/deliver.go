@@ -68,7 +68,7 @@ func (p *Pusher) deliver(ctx context.Context, a *attempt) {
 	var t storage.Task
 	var err error
 	if o.ok {
-		t, err = p.broker.AckPush(rec, p.workerID, a.task.ID, *a.task.LeaseToken, o.result)
+		t, err = p.broker.Ack(rec, storage.AckItem{TaskID: a.task.ID, LeaseToken: *a.task.LeaseToken, WorkerID: p.workerID, Result: o.result})
 	} else {
 		n := storage.Nack{TaskID: a.task.ID, LeaseToken: *a.task.LeaseToken, WorkerID: p.workerID,
 			Error: o.err, Retryable: o.retryable}
@@ -76,7 +76,7 @@ func (p *Pusher) deliver(ctx context.Context, a *attempt) {
 			ms := o.retryAfter.Milliseconds()
 			n.RetryAfterMs = &ms
 		}
-		t, err = p.broker.NackPush(rec, n)
+		t, err = p.broker.Nack(rec, n)
 	}
 	if err != nil {
 		level := "the answer of a push request not recorded; the task retries when its lease expires"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -20,17 +19,24 @@ import (
 	"github.com/taskforge/taskforge/telemetry"
 )
 
-// Broker is the worker protocol's transitions for in-process workers; the API
-// server (*api.Server) implements it, with the same follow-ups as its handlers.
+// Broker is the worker protocol's transitions for in-process workers, with every
+// follow-up (concurrency slots, telemetry, waiters, the dispatcher) done for them;
+// *lifecycle.Lifecycle implements it.
 type Broker interface {
 	// ClaimPush pops up to want tasks of a push queue within its flow-control limits
 	// and claims them for workerID with a lease of the given length; it also says
 	// how long until a rate-limited queue has a token.
 	ClaimPush(ctx context.Context, workerID, queue string, want int, lease time.Duration) ([]storage.Task, time.Duration, error)
-	// AckPush ends an attempt as succeeded, with result (nil for none).
-	AckPush(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (storage.Task, error)
-	// NackPush ends an attempt as failed.
-	NackPush(ctx context.Context, n storage.Nack) (storage.Task, error)
+	// Ack ends an attempt as succeeded, with its result (nil for none); it returns
+	// storage.ErrLeaseLost (wrapped) when the lease is no longer held.
+	Ack(ctx context.Context, item storage.AckItem) (storage.Task, error)
+	// Nack ends an attempt as failed.
+	Nack(ctx context.Context, n storage.Nack) (storage.Task, error)
+}
+
+// Parker lets a Pusher wait for work buffered for its queues; *api.Server, which
+// hears the buffer's wake-ups, implements it.
+type Parker interface {
 	// ParkForWork waits for work buffered for one of queues: woken closes when some
 	// arrives; leave must be called when done.
 	ParkForWork(queues []string) (woken <-chan struct{}, leave func())
@@ -117,6 +123,7 @@ func NewClient(perHost int) *http.Client {
 // Pusher delivers one replica's share of the push queues' tasks.
 type Pusher struct {
 	broker   Broker
+	parker   Parker
 	store    Store
 	cfg      Config
 	log      *slog.Logger
@@ -151,10 +158,11 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 }
 
-// New returns a Pusher; call Run to start it.
-func New(broker Broker, store Store, cfg Config, log *slog.Logger) *Pusher {
+// New returns a Pusher that makes its transitions through broker and waits for work
+// through parker; call Run to start it.
+func New(broker Broker, parker Parker, store Store, cfg Config, log *slog.Logger) *Pusher {
 	cfg = cfg.WithDefaults()
-	return &Pusher{broker: broker, store: store, cfg: cfg, log: log, workerID: "push:" + cfg.ReplicaID,
+	return &Pusher{broker: broker, parker: parker, store: store, cfg: cfg, log: log, workerID: "push:" + cfg.ReplicaID,
 		freed: make(chan struct{}, 1), targets: map[string]target{}, running: map[uuid.UUID]*attempt{}}
 }
 
@@ -234,7 +242,7 @@ func (p *Pusher) feed(ctx context.Context, jobs chan<- *attempt) {
 			continue
 		}
 		// Park first, then look again, so a wake-up between the two is not lost.
-		woken, leave := p.broker.ParkForWork(queues)
+		woken, leave := p.parker.ParkForWork(queues)
 		got, ra := p.round(ctx, queues, jobs)
 		if got == 0 {
 			nap := min(p.cfg.WakeFallback, time.Until(refreshed.Add(p.cfg.RefreshInterval)))

@@ -1,6 +1,6 @@
 // Package server wires one TaskForge replica together: the PostgreSQL pool and
-// migrations, the Redis buffer, the HTTP API, the dispatcher, the watchdog and the
-// scheduler, and runs them until its context ends, then drains. It owns no queue logic.
+// migrations, the Redis buffer, the task lifecycle, the HTTP API, the dispatcher,
+// the watchdog, the pushers and the scheduler, and runs them until its context ends, then drains. It owns no queue logic.
 package server
 
 import (
@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -28,6 +27,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/tally"
 	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
@@ -179,6 +179,7 @@ type Server struct {
 	rdb        redis.UniversalClient
 	ownsRedis  bool
 	API        *api.Server
+	Lifecycle  *lifecycle.Lifecycle
 	Dispatcher *dispatcher.Dispatcher
 	Watchdog   *watchdog.Watchdog
 	Scheduler  *scheduler.Scheduler
@@ -251,11 +252,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
 	s.Auth = auth.New(s.Store, cfg.Auth, log.With("component", "auth"))
 	audits := audit.New(s.Store, log.With("component", "audit"))
-	s.API, err = api.New(s.Store, s.Buffer, api.Config{
+	listenConn, noListen, _ := cfg.listen() // checked by Validate
+	if noListen {
+		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
+			"dispatch_interval", cfg.DispatchInterval)
+	}
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
+		ListenConnConfig: listenConn, NoListen: noListen},
+		log.With("component", "dispatcher"))
+	// Every task transition, whoever asks for it (API, watchdog, pushers), with the
+	// dispatcher told of the work it leaves.
+	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, s.Dispatcher, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
+		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
+		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
+		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
-		Audit: audits.Middleware(), CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting,
+		Audit: audits.Middleware(),
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
@@ -265,45 +280,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	audits.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Handler = s.API.Handler()
-	listenConn, noListen, _ := cfg.listen() // checked by Validate
-	if noListen {
-		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
-			"dispatch_interval", cfg.DispatchInterval)
-	}
-	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
-		ListenConnConfig: listenConn, NoListen: noListen},
-		log.With("component", "dispatcher"))
-	s.Watchdog = watchdog.New(s.Store, watchdog.Config{Interval: cfg.WatchdogInterval},
+	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
 	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
 	s.API.OnScheduleChange = s.Scheduler.Wake
-	s.API.OnDue = s.Dispatcher.Wake
-	if noListen { // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
-		s.API.OnEnqueued = s.Dispatcher.Wake
-	}
-	s.API.OnLow, s.API.LowWater = s.Dispatcher.WakeLow, dispatcher.LowWater
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
-	s.Pusher = push.New(s.API, s.Store, pushCfg, log.With("component", "push"))
+	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention},
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
-	s.Watchdog.OnReclaim = func(ended []storage.Reclaimed) {
-		var finished []uuid.UUID // dead or cancelled: their waiters are told
-		defer func() { s.API.AnnounceTerminal(context.Background(), finished...) }()
-		for _, r := range ended {
-			if r.Status != storage.StatusRetry {
-				finished = append(finished, r.TaskID)
-			}
-			s.Dispatcher.Wake(r.Queue)                                  // a retry scheduled by the reclaim: plan for it
-			s.API.ReleaseSlots(context.Background(), r.Queue, r.TaskID) // the slot the lost attempt held
-			s.Telemetry.Reclaimed(r.Queue, r.Outcome)
-			s.Telemetry.Transition(telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
-				From: storage.StatusExecuting, To: r.Status, Attempt: r.Attempt, Duration: r.EndedAt.Sub(r.StartedAt),
-				Reason: r.Outcome})
-		}
-	}
 	return s, nil
 }
 

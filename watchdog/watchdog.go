@@ -6,7 +6,10 @@
 // was requested. It sleeps until the earliest lease expiry, bounded by its interval.
 // Reclaims use FOR UPDATE SKIP LOCKED, so any number of replicas can run it.
 //
-// The watchdog never touches a task whose lease is still valid, and never Redis.
+// The watchdog decides when to sweep; the transition itself, with its follow-ups
+// (the slots the lost attempts held, the dispatcher, the tasks' waiters, telemetry),
+// is its Reclaimer's (package lifecycle). The watchdog never touches a task whose
+// lease is still valid, and never Redis.
 package watchdog
 
 import (
@@ -33,18 +36,27 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Reclaimer ends expired attempts; *lifecycle.Lifecycle is one.
+type Reclaimer interface {
+	// Reclaim ends up to limit attempts whose lease expired or whose timeout passed,
+	// with every follow-up, and returns what it ended.
+	Reclaim(ctx context.Context, limit int) ([]storage.Reclaimed, error)
+}
+
 // Watchdog reclaims expired leases. Create it with New; run it with Run.
 type Watchdog struct {
-	store *storage.Store
-	cfg   Config
-	log   *slog.Logger
-	// OnReclaim, when set, is called with every batch the watchdog ends (metrics, tests).
+	store     *storage.Store
+	reclaimer Reclaimer
+	cfg       Config
+	log       *slog.Logger
+	// OnReclaim, when set, is called with every batch the watchdog ends (tests).
 	OnReclaim func([]storage.Reclaimed)
 }
 
-// New returns a Watchdog.
-func New(store *storage.Store, cfg Config, log *slog.Logger) *Watchdog {
-	return &Watchdog{store: store, cfg: cfg.WithDefaults(), log: log}
+// New returns a Watchdog that reads lease expiries from store and reclaims through
+// reclaimer.
+func New(store *storage.Store, reclaimer Reclaimer, cfg Config, log *slog.Logger) *Watchdog {
+	return &Watchdog{store: store, reclaimer: reclaimer, cfg: cfg.WithDefaults(), log: log}
 }
 
 // Run sweeps until ctx is done and returns nil then.
@@ -86,7 +98,7 @@ func (w *Watchdog) sweep(ctx context.Context) time.Duration {
 
 // ReclaimOnce ends up to BatchSize expired attempts and returns how many it ended.
 func (w *Watchdog) ReclaimOnce(ctx context.Context) (int, error) {
-	ended, err := w.store.ReclaimExpired(ctx, w.cfg.BatchSize)
+	ended, err := w.reclaimer.Reclaim(ctx, w.cfg.BatchSize)
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/watchdog"
@@ -19,6 +22,15 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// lifecycleOf returns the transitions over s and a buffer of the test's own on the
+// shared Redis, with no dispatcher to wake.
+func lifecycleOf(t *testing.T, s *storage.Store) *lifecycle.Lifecycle {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return lifecycle.New(s, buffer.New(rdb, testenv.RedisPrefix(t)), nil, lifecycle.Config{}, quiet)
+}
 
 // executing returns a store holding n tasks executing under leases of the given length.
 func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.Store {
@@ -60,7 +72,7 @@ func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := watchdog.New(s, watchdog.Config{BatchSize: 50}, quiet)
+			w := watchdog.New(s, lifecycleOf(t, s), watchdog.Config{BatchSize: 50}, quiet)
 			w.OnReclaim = func(rs []storage.Reclaimed) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -97,7 +109,7 @@ func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
 func TestWatchdogLeavesValidLeasesAlone(t *testing.T) {
 	t.Parallel()
 	s := executing(t, 10, 3, time.Minute)
-	w := watchdog.New(s, watchdog.Config{}, quiet)
+	w := watchdog.New(s, lifecycleOf(t, s), watchdog.Config{}, quiet)
 	if n, err := w.ReclaimOnce(context.Background()); err != nil || n != 0 {
 		t.Fatalf("reclaimed %d valid leases (%v)", n, err)
 	}
@@ -113,7 +125,7 @@ func TestRunReclaimsSoonAfterExpiryAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reclaimed := make(chan []storage.Reclaimed, 10)
 	// A long interval: only sleeping until the earliest expiry can reclaim in time.
-	w := watchdog.New(s, watchdog.Config{Interval: time.Hour}, quiet)
+	w := watchdog.New(s, lifecycleOf(t, s), watchdog.Config{Interval: time.Hour}, quiet)
 	w.OnReclaim = func(rs []storage.Reclaimed) { reclaimed <- rs }
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -1,4 +1,4 @@
-package api
+package lifecycle
 
 import (
 	"cmp"
@@ -20,17 +20,17 @@ import (
 )
 
 // Errors a group commit answers its callers with when the batch fails as a whole;
-// errors.go maps them to API errors.
+// the API maps them to its error codes (api/errors.go).
 var (
-	// errCommitTimeout: a try did not finish within its deadline. Whether it took
-	// effect is unknown: pgx drops the connection and asks PostgreSQL to cancel the
-	// statement, but it may have committed just before.
-	errCommitTimeout = errors.New("group commit timed out")
-	// errCommitOverloaded: too many items were already waiting; nothing was tried.
-	errCommitOverloaded = errors.New("group commit queue full")
-	// errCommitPanicked: the batch's function panicked. A panic before its
+	// ErrCommitTimeout means a try did not finish within its deadline. Whether it
+	// took effect is unknown: pgx drops the connection and asks PostgreSQL to cancel
+	// the statement, but it may have committed just before.
+	ErrCommitTimeout = errors.New("group commit timed out")
+	// ErrCommitOverloaded means too many items were already waiting; nothing was tried.
+	ErrCommitOverloaded = errors.New("group commit queue full")
+	// ErrCommitPanicked means the batch's function panicked. A panic before its
 	// statement changed nothing; one after it leaves what the statement committed.
-	errCommitPanicked = errors.New("group commit panicked")
+	ErrCommitPanicked = errors.New("group commit panicked")
 )
 
 // Retries of a try that failed before anything reached PostgreSQL.
@@ -47,11 +47,11 @@ const (
 //
 // Its guarantees:
 //   - Each try runs under a deadline (timeout); a try that exceeds it fails its
-//     batch's callers with errCommitTimeout instead of holding them.
-//   - A panic in commit fails that batch's callers with errCommitPanicked; the
+//     batch's callers with ErrCommitTimeout instead of holding them.
+//   - A panic in commit fails that batch's callers with ErrCommitPanicked; the
 //     committer goes on with the next batch.
 //   - At most limit items wait (the running batch aside); beyond, do fails at once
-//     with errCommitOverloaded.
+//     with ErrCommitOverloaded.
 //   - A committer serves only until its own items are answered, then hands the
 //     queue to a waiting caller: since the queue is FIFO, every batch it commits
 //     holds work queued before its own, so it never waits for others' work longer
@@ -77,7 +77,7 @@ type groupCommit[I, O any] struct {
 	lead       chan struct{} // holds the queue while it passes between callers
 }
 
-// commitHooks let tests see and steer a group commit (export_test.go).
+// commitHooks let tests see and steer a group commit (hooks.go).
 type commitHooks struct {
 	// queued runs after a caller's items joined the queue, with the number waiting.
 	queued func(waiting int)
@@ -105,8 +105,8 @@ func newGroupCommit[I, O any](name string, max, limit int, timeout time.Duration
 }
 
 // do commits items (with whatever else is queued) and returns their outcomes, or
-// the error that failed their batch: errCommitOverloaded (nothing was tried),
-// errCommitTimeout (the outcome is unknown), errCommitPanicked, or the statement's
+// the error that failed their batch: ErrCommitOverloaded (nothing was tried),
+// ErrCommitTimeout (the outcome is unknown), ErrCommitPanicked, or the statement's
 // error. ctx's values reach the statement; its cancellation does not.
 func (g *groupCommit[I, O]) do(ctx context.Context, items ...I) ([]O, error) {
 	ws := make([]waiting[I, O], len(items))
@@ -115,7 +115,7 @@ func (g *groupCommit[I, O]) do(ctx context.Context, items ...I) ([]O, error) {
 	if len(g.pending) > 0 && len(g.pending)+len(items) > g.limit {
 		g.mu.Unlock()
 		g.tel.GroupCommitFailed(g.name, "overload")
-		return nil, fmt.Errorf("%s: %d items already waiting: %w", g.name, g.limit, errCommitOverloaded)
+		return nil, fmt.Errorf("%s: %d items already waiting: %w", g.name, g.limit, ErrCommitOverloaded)
 	}
 	for i, it := range items {
 		ws[i] = waiting[I, O]{item: it, first: i == 0, done: make(chan commitResult[O], 1)}
@@ -235,11 +235,11 @@ func (g *groupCommit[I, O]) tries(ctx context.Context, items []I) ([]O, error) {
 // trying again cannot apply it twice.
 func neverSent(err error) bool {
 	var connectErr *pgconn.ConnectError
-	return !errors.Is(err, errCommitTimeout) && !errors.Is(err, errCommitPanicked) &&
+	return !errors.Is(err, ErrCommitTimeout) && !errors.Is(err, ErrCommitPanicked) &&
 		(errors.As(err, &connectErr) || pgconn.SafeToRetry(err))
 }
 
-// try runs commit once under the deadline, turning a panic into errCommitPanicked.
+// try runs commit once under the deadline, turning a panic into ErrCommitPanicked.
 func (g *groupCommit[I, O]) try(ctx context.Context, items []I) (out []O, err error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -248,7 +248,7 @@ func (g *groupCommit[I, O]) try(ctx context.Context, items []I) (out []O, err er
 			g.tel.GroupCommitFailed(g.name, "panic")
 			g.log.Error("group commit panicked; its batch failed", "commit", g.name, "items", len(items),
 				"panic", r, "stack", string(debug.Stack()))
-			out, err = nil, fmt.Errorf("%s of %d items: %v: %w", g.name, len(items), r, errCommitPanicked)
+			out, err = nil, fmt.Errorf("%s of %d items: %v: %w", g.name, len(items), r, ErrCommitPanicked)
 		}
 	}()
 	if h := g.hooks.Load(); h != nil && h.try != nil {
@@ -258,7 +258,7 @@ func (g *groupCommit[I, O]) try(ctx context.Context, items []I) (out []O, err er
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		g.tel.GroupCommitFailed(g.name, "timeout")
-		return nil, fmt.Errorf("%s of %d items not done within %s (%w): %w", g.name, len(items), g.timeout, err, errCommitTimeout)
+		return nil, fmt.Errorf("%s of %d items not done within %s (%w): %w", g.name, len(items), g.timeout, err, ErrCommitTimeout)
 	case err == nil && len(out) != len(items):
 		return nil, fmt.Errorf("%s: %d outcomes for %d items", g.name, len(out), len(items))
 	}

@@ -1,0 +1,150 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/taskforge/taskforge/internal/crashpoint"
+	"github.com/taskforge/taskforge/ratelimit"
+	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
+)
+
+// Claim takes up to want tasks of one queue for workerID: it pops ids from the
+// buffer within the queue's token bucket and concurrency slots (limits), claims
+// them in PostgreSQL through the group commit with a lease of the given length (0:
+// Config.LeaseTimeout), puts the ids back when the claim fails, and frees the slots
+// of ids PostgreSQL no longer considered claimable. It also returns, when the rate
+// limit held tasks back, how long until the queue holds a token. Once popped, ids
+// are claimed or given back even if ctx ends.
+func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
+	var out []storage.Task
+	synced := false
+	for len(out) < want {
+		popped, err := l.buf.Pop(ctx, queue, want-len(out), limits)
+		if err != nil {
+			return out, 0, fmt.Errorf("pop from queue %s: %w", queue, err)
+		}
+		if popped.NeedSync && !synced {
+			// Redis lost the queue's concurrency slots: rebuild them, then pop again.
+			if err := l.buf.SyncSlots(ctx, l.store, queue); err != nil {
+				return out, 0, fmt.Errorf("rebuild concurrency slots of queue %s: %w", queue, err)
+			}
+			synced = true
+			continue
+		}
+		if len(popped.Entries) > 0 && popped.Remaining < l.cfg.LowWater && l.wake != nil {
+			l.wake.WakeLow(queue)
+		}
+		if len(popped.Entries) == 0 {
+			switch {
+			case popped.Paused:
+				l.tel.LimitedPoll(queue, "paused")
+			case popped.AtCap:
+				l.tel.LimitedPoll(queue, "concurrency")
+			case popped.RetryAfter > 0:
+				l.tel.LimitedPoll(queue, "rate")
+			}
+			return out, popped.RetryAfter, nil
+		}
+		ids := make([]uuid.UUID, len(popped.Entries))
+		for i, e := range popped.Entries {
+			ids[i] = e.ID
+		}
+		crashpoint.Hit(crashpoint.AfterPop)
+		// Once popped, the ids must be claimed or given back even if the worker hangs up.
+		bg := context.WithoutCancel(ctx)
+		start := time.Now()
+		var claimed []storage.Task
+		won, err := l.claims.do(bg, claimRequest{ids: ids, workerID: workerID, lease: lease})
+		if err == nil {
+			claimed = won[0]
+		}
+		l.tel.ObserveClaim(time.Since(start))
+		if err == nil && len(claimed) > 0 {
+			crashpoint.Hit(crashpoint.AfterClaimCommit)
+			if l.afterClaim != nil {
+				l.afterClaim(ctx)
+			}
+		}
+		if err != nil {
+			if perr := l.buf.Putback(bg, queue, popped.Entries); perr != nil {
+				l.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
+			}
+			l.releaseIfCapped(bg, limits, queue, ids...)
+			return out, 0, fmt.Errorf("claim tasks of queue %s: %w", queue, err)
+		}
+		if len(claimed) < len(ids) {
+			// The rest were stale (cancelled, or taken by another replica): dropped, and
+			// the slots they took are freed.
+			l.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
+		}
+		for _, t := range claimed {
+			l.tel.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
+				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
+			l.tel.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
+		}
+		out = append(out, claimed...)
+		if popped.RetryAfter > 0 {
+			return out, popped.RetryAfter, nil
+		}
+	}
+	return out, 0, nil
+}
+
+// ClaimPush is Claim for a push queue's in-process worker (package push): it reads
+// the queue's limits itself, and returns no tasks for a queue that does not exist or
+// no longer pushes.
+func (l *Lifecycle) ClaimPush(ctx context.Context, workerID, queue string, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
+	limits, ok, err := l.limits.Get(ctx, queue)
+	if err != nil {
+		return nil, 0, fmt.Errorf("settings of queue %s: %w", queue, err)
+	}
+	if !ok || !limits.Push {
+		return nil, 0, nil
+	}
+	return l.Claim(ctx, workerID, queue, limits, want, lease)
+}
+
+// ReleaseUnread releases tasks claimed for a poll whose worker went away before the
+// answer reached it, so they need not wait out their lease. A task that cannot be
+// released waits out its lease, as it would have anyway.
+func (l *Lifecycle) ReleaseUnread(ctx context.Context, workerID string, tasks []storage.Task) {
+	for _, t := range tasks {
+		released, err := l.store.Release(ctx, storage.Release{TaskID: t.ID, LeaseToken: *t.LeaseToken, WorkerID: workerID,
+			Reason: "worker " + workerID + " hung up before the poll's answer reached it; released for another worker"})
+		if err != nil {
+			l.log.Warn("task claimed for a poll whose worker hung up not released; it retries when its lease expires",
+				"task_id", t.ID, "worker_id", workerID, "err", err)
+			continue
+		}
+		l.released(ctx, released, workerID)
+	}
+}
+
+func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", t.Queue),
+		attribute.String("taskforge.worker_id", workerID), attribute.Int("taskforge.attempt", t.Attempts)}
+	if t.WorkflowID != nil && t.Step != nil {
+		attrs = append(attrs, attribute.String("taskforge.workflow_id", t.WorkflowID.String()), attribute.String("taskforge.step", *t.Step))
+	}
+	return attrs
+}
+
+func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
+	got := make(map[uuid.UUID]bool, len(claimed))
+	for _, t := range claimed {
+		got[t.ID] = true
+	}
+	var out []uuid.UUID
+	for _, id := range ids {
+		if !got[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}

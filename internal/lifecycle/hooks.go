@@ -1,0 +1,29 @@
+package lifecycle
+
+import "context"
+
+// The functions below exist for tests (api/export_test.go) that need to watch or
+// steer a transition between its steps; production code never calls them.
+
+// CommitHooks watch and steer a group commit (of acks, or of claims).
+type CommitHooks struct {
+	// Queued runs after a caller's items joined the queue, with how many wait.
+	Queued func(waiting int)
+	// Try runs at the start of each try, under its deadline and inside its panic
+	// guard: a panic here is a panic of the batch.
+	Try func(ctx context.Context, items int)
+}
+
+// SetAckCommitHooks installs h on l's group commit of acks.
+func SetAckCommitHooks(l *Lifecycle, h CommitHooks) {
+	l.acks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+}
+
+// SetClaimCommitHooks installs h on l's group commit of claims.
+func SetClaimCommitHooks(l *Lifecycle, h CommitHooks) {
+	l.claims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+}
+
+// SetAfterClaim makes l call f with the claim's context after each claim commits,
+// before Claim returns.
+func SetAfterClaim(l *Lifecycle, f func(context.Context)) { l.afterClaim = f }

@@ -1,0 +1,141 @@
+package lifecycle
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/ratelimit"
+	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
+)
+
+// Waker is told when a transition leaves work for the replica's dispatcher: Wake
+// when a queue has work due now (a retry, a release, a replay, a resume), WakeLow
+// when a claim left a queue's buffer nearly empty. *dispatcher.Dispatcher is one.
+type Waker interface {
+	// Wake asks for queue to be dispatched as soon as possible.
+	Wake(queue string)
+	// WakeLow asks for a refill of queue's buffer from its backlog.
+	WakeLow(queue string)
+}
+
+// Config tunes a Lifecycle. Zero fields take the defaults.
+type Config struct {
+	// LeaseTimeout is the lease a claim grants unless it asks for another. Defaults
+	// to 30s.
+	LeaseTimeout time.Duration
+	// CommitTimeout bounds each try of a group commit (of acks, or of claims); its
+	// callers get ErrCommitTimeout when it passes. Defaults to 5s.
+	CommitTimeout time.Duration
+	// CommitMaxWaiting bounds the acks, and apart from them the claims, waiting for
+	// a group commit behind the one running; beyond it, callers get
+	// ErrCommitOverloaded at once. Defaults to 2,000.
+	CommitMaxWaiting int
+	// LowWater is the buffer size below which a claim calls Waker.WakeLow. Zero
+	// never does.
+	LowWater int
+	// WakeOnEnqueue makes an enqueue that created tasks call Waker.Wake. Set it when
+	// the dispatcher does not LISTEN (behind a transaction pooler): nothing else
+	// tells it of them before its sweep. With LISTEN, the enqueue's NOTIFY does.
+	WakeOnEnqueue bool
+	// Telemetry receives metrics, transition logs and spans; nil disables them.
+	Telemetry *telemetry.Telemetry
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, 30*time.Second)
+	c.CommitTimeout = cmp.Or(c.CommitTimeout, 5*time.Second)
+	c.CommitMaxWaiting = cmp.Or(c.CommitMaxWaiting, 2000)
+	return c
+}
+
+// Lifecycle runs the transitions of one replica. It keeps no state another replica
+// needs: its group commits and task waiters are local, and waiters elsewhere hear
+// of finished tasks through the buffer's done channel.
+type Lifecycle struct {
+	store  *storage.Store
+	buf    *buffer.Buffer
+	wake   Waker
+	cfg    Config
+	log    *slog.Logger
+	tel    *telemetry.Telemetry
+	limits *ratelimit.Settings
+	acks   *groupCommit[storage.AckItem, ackOutcome]
+	claims *groupCommit[claimRequest, []storage.Task]
+	ended  *endHub
+
+	// afterClaim, set only by tests (hooks.go), runs with the claim's context once a
+	// claim committed and before Claim returns.
+	afterClaim func(context.Context)
+}
+
+// New returns a Lifecycle on store and buf that tells wake (nil: nobody) of work
+// its transitions leave for the dispatcher.
+func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *slog.Logger) *Lifecycle {
+	cfg = cfg.WithDefaults()
+	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
+		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
+	l.acks = newAckCommit(store, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	return l
+}
+
+// Limits returns the queue settings the transitions use (flow control, push); the
+// caller runs its refresh loop (ratelimit.Settings.Run).
+func (l *Lifecycle) Limits() *ratelimit.Settings { return l.limits }
+
+// due tells the dispatcher that queue has work due now.
+func (l *Lifecycle) due(queue string) {
+	if l.wake != nil {
+		l.wake.Wake(queue)
+	}
+}
+
+// releaseSlots frees the concurrency slots of ids. A failure is healed by the
+// dispatcher's repair pass.
+func (l *Lifecycle) releaseSlots(ctx context.Context, queue string, ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := l.buf.Release(ctx, queue, ids...); err != nil {
+		l.log.Warn("concurrency slots not released; the dispatcher's repair pass will", "queue", queue, "err", err)
+	}
+}
+
+// releaseIfCapped frees the concurrency slots of ids when queue has a cap.
+func (l *Lifecycle) releaseIfCapped(ctx context.Context, limits ratelimit.Limits, queue string, ids ...uuid.UUID) {
+	if limits.MaxConcurrency > 0 {
+		l.releaseSlots(ctx, queue, ids...)
+	}
+}
+
+// removeBuffered drops cancelled ids from queue's buffer: a claim would skip them
+// anyway (they are no longer claimable), but removing them keeps them from taking a
+// poll's place.
+func (l *Lifecycle) removeBuffered(ctx context.Context, queue string, ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := l.buf.Remove(ctx, queue, ids...); err != nil {
+		l.log.Warn("cancelled tasks left in buffer", "queue", queue, "tasks", len(ids), "err", err)
+	}
+}
+
+// Terminal reports whether status is one a task never leaves.
+func Terminal(status string) bool {
+	return status == storage.StatusDone || status == storage.StatusDead || status == storage.StatusCancelled
+}
+
+// ofStep adds the workflow step that task t runs, if any, to a transition of t.
+func ofStep(t storage.Task, tr telemetry.Transition) telemetry.Transition {
+	if t.WorkflowID != nil && t.Step != nil {
+		tr.WorkflowID, tr.Step = *t.WorkflowID, *t.Step
+	}
+	return tr
+}

@@ -1,0 +1,40 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
+)
+
+// Replay creates a new pending task from each dead task of queue that ids name (or
+// every dead task, with all), each with replayed_from set; the dead ones keep their
+// history. It tells the dispatcher the queue has work due now.
+func (l *Lifecycle) Replay(ctx context.Context, queue string, ids []uuid.UUID, all bool) ([]storage.Task, error) {
+	tasks, err := l.store.Replay(ctx, queue, ids, all)
+	if err != nil {
+		return nil, fmt.Errorf("replay dead tasks of queue %s: %w", queue, err)
+	}
+	for _, t := range tasks {
+		l.tel.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: t.Status,
+			Reason: "replay of " + t.ReplayedFrom.String()}))
+	}
+	l.due(queue)
+	return tasks, nil
+}
+
+// TriggerSchedule enqueues the task of schedule name now (its next tick is
+// unchanged) and tells the dispatcher the task's queue has work due.
+func (l *Lifecycle) TriggerSchedule(ctx context.Context, name string) (storage.Task, error) {
+	_, task, err := l.store.TriggerSchedule(ctx, name)
+	if err != nil {
+		return storage.Task{}, fmt.Errorf("trigger schedule %s: %w", name, err)
+	}
+	l.tel.Transition(telemetry.Transition{TaskID: task.ID, Queue: task.Queue, To: storage.StatusPending,
+		Reason: "schedule " + *task.Schedule + " triggered"})
+	l.due(task.Queue)
+	return task, nil
+}
