@@ -18,12 +18,7 @@ type deadTask struct {
 
 func (s *Server) listDead(c *gin.Context) {
 	queue := c.Param("name")
-	limit, err := pageLimit(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	after, err := decodeCursor(c.Query("cursor"))
+	limit, after, err := page(c)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -222,6 +222,19 @@ func pageLimit(c *gin.Context) (int, error) {
 	return n, nil
 }
 
+// page reads a list's limit and cursor query parameters.
+func page(c *gin.Context) (int, *storage.Cursor, error) {
+	limit, err := pageLimit(c)
+	if err != nil {
+		return 0, nil, err
+	}
+	after, err := decodeCursor(c.Query("cursor"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return limit, after, nil
+}
+
 func encodeCursor(cur *storage.Cursor) *string {
 	if cur == nil {
 		return nil

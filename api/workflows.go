@@ -236,12 +236,7 @@ func (s *Server) listWorkflows(c *gin.Context) {
 		s.fail(c, invalid("status must be one of %s", strings.Join(storage.WorkflowStatuses, ", ")))
 		return
 	}
-	limit, err := pageLimit(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	after, err := decodeCursor(c.Query("cursor"))
+	limit, after, err := page(c)
 	if err != nil {
 		s.fail(c, err)
 		return

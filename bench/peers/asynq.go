@@ -112,14 +112,7 @@ func (s *asynqSys) Drain(ctx context.Context, n, workers int, sleep time.Duratio
 		return 0, err
 	}
 	defer srv.Shutdown()
-	select {
-	case <-sp.done:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(10 * time.Minute):
-		return 0, fmt.Errorf("drain of %d tasks did not finish", n)
-	}
-	return sp.rate(), nil
+	return sp.wait(ctx)
 }
 
 func (s *asynqSys) Preload(ctx context.Context, n int) (float64, error) {

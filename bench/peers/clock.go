@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -35,6 +37,18 @@ func (s *span) end() {
 		close(s.done)
 	}
 	s.mu.Unlock()
+}
+
+// wait waits until every handler returned and gives the rate.
+func (s *span) wait(ctx context.Context) (float64, error) {
+	select {
+	case <-s.done:
+		return s.rate(), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(10 * time.Minute):
+		return 0, fmt.Errorf("drain of %d tasks did not finish", s.n)
+	}
 }
 
 // rate is tasks per second over the span.

@@ -140,14 +140,7 @@ func (s *riverSys) Drain(ctx context.Context, n, workers int, sleep time.Duratio
 		return 0, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	select {
-	case <-sp.done:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(10 * time.Minute):
-		return 0, fmt.Errorf("drain of %d tasks did not finish", n)
-	}
-	return sp.rate(), nil
+	return sp.wait(ctx)
 }
 
 func (s *riverSys) Preload(ctx context.Context, n int) (float64, error) {
