@@ -74,21 +74,22 @@ func TestWorkerAcksRideOnPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := worker(c, "rider", 1)
-	var handled atomic.Int32
+	var handled, parked atomic.Int32
+	client.SetOnPark(w, func() { parked.Add(1) })
 	w.Handle("q", func(_ context.Context, job *client.Job) error {
-		// Return once the worker's poll for its next task is back (it holds that
-		// task), as it is when handlers outlast a poll's round trip; the first
-		// handler runs before any prefetching, the last has no next task.
+		// Return once the worker holds its next task and its poller has parked
+		// (every slot and the prefetch room taken), as it is when handlers outlast
+		// a poll's round trip; the first handler runs before any prefetching, the
+		// last has no next task.
+		since := parked.Load()
 		if handled.Add(1) > 1 {
-			testserver.Eventually(t, 10*time.Second, "next task prefetched", func() bool {
-				st, err := c.Stats(ctx, "q")
-				if err != nil || st.Depth[client.StatusPending]+st.Depth[client.StatusClaimed] == 0 {
+			testserver.Eventually(t, 10*time.Second, "next task prefetched and the poller parked", func() bool {
+				if parked.Load() > since {
 					return true
 				}
-				ws, err := c.ListWorkers(ctx)
-				return err == nil && len(ws) == 1 && len(ws[0].CurrentTasks) == 2
+				st, err := c.Stats(ctx, "q")
+				return err == nil && st.Depth[client.StatusPending]+st.Depth[client.StatusClaimed] == 0
 			})
-			time.Sleep(50 * time.Millisecond) // the poll's answer, committed, reaching the worker
 		}
 		return job.SetResult(job.Payload)
 	})

@@ -15,3 +15,8 @@ type funcClock struct {
 
 func (c funcClock) Now() time.Time                         { return c.now() }
 func (c funcClock) After(d time.Duration) <-chan time.Time { return c.after(d) }
+
+// SetOnPark makes w's poller call f each time it parks with nothing to ask for
+// (every slot and the prefetch room taken): from then until a slot frees, a
+// handler that returns leaves its ack to the next poll.
+func SetOnPark(w *Worker, f func()) { w.onPark = f }

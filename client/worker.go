@@ -139,6 +139,7 @@ type Worker struct {
 
 	invalid error // cfg.Validate's verdict, returned by Run
 	clock   clock
+	onPark  func() // tests: called each time the poller parks with nothing to ask for
 
 	mu       sync.Mutex
 	handlers map[string]HandlerFunc
@@ -239,6 +240,7 @@ type runner struct {
 	cfg      WorkerConfig
 	log      *slog.Logger
 	clock    clock
+	onPark   func()
 	handlers map[string]HandlerFunc
 	queues   []string
 
@@ -257,7 +259,7 @@ type runner struct {
 }
 
 func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, queues []string) *runner {
-	r := &runner{c: w.c, cfg: w.cfg, log: w.cfg.Logger.With("worker_id", w.cfg.ID), clock: w.clock,
+	r := &runner{c: w.c, cfg: w.cfg, log: w.cfg.Logger.With("worker_id", w.cfg.ID), clock: w.clock, onPark: w.onPark,
 		handlers: handlers, queues: queues, handlerBase: context.WithoutCancel(ctx),
 		acks: make(chan *job, maxPollTasks), stopped: make(chan struct{})}
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))

@@ -19,6 +19,9 @@ func (r *runner) poll(ctx context.Context) error {
 	for ctx.Err() == nil {
 		p := r.slots.plan()
 		if p.want <= 0 {
+			if r.onPark != nil {
+				r.onPark()
+			}
 			r.ackAlone(p.acks)
 			select {
 			case <-r.slots.freed:
