@@ -52,6 +52,10 @@ func loadConfig(t *testing.T) config {
 	return c
 }
 
+// workflowsFor is the number of workflows a run of tasks tasks submits besides
+// them: one per hundred tasks, at least eight.
+func workflowsFor(tasks int) int { return max(8, tasks/100) }
+
 // settleTimeout bounds the wait, after the fault window, for every task to end.
 const settleTimeout = 3 * time.Minute
 
@@ -94,9 +98,17 @@ func TestChaosLosesNothing(t *testing.T) {
 	ledger := newEnqueueLedger()
 	enqueued := make(chan struct{})
 	producer, stopProducer := context.WithCancel(context.Background())
+	h.workflows = newWorkflowPlan(cfg.Seed, workflowsFor(cfg.Tasks), cfg.Window-5*time.Second)
+	h.wfLedger = &wfLedger{ids: map[string]string{}}
 	go func() {
 		defer close(enqueued)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.runWorkflows(producer, h.workflows, h.wfLedger)
+		}()
 		h.runEnqueuer(producer, p, ledger)
+		<-done
 	}()
 	t.Cleanup(func() { // never leave the producer running past the test
 		stopProducer()

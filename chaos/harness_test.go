@@ -71,6 +71,9 @@ type harness struct {
 	workers []*workerSlot
 	// schedules fire into the noop queue during the fault window.
 	schedules []*chaosSchedule
+	// workflows are submitted through POST /workflows during the fault window.
+	workflows []wfSpec
+	wfLedger  *wfLedger
 
 	mu     sync.Mutex
 	events []*event // every injected fault and every crash-point exit, in order

@@ -22,6 +22,7 @@ type dbTask struct {
 	Key        *string
 	Dispatched *time.Time // when the dispatcher last moved it into the Redis buffer
 	Schedule   *string    // the schedule whose tick created it, if any
+	WorkflowID *string    // the workflow whose step it is, if any
 	Scheduled  time.Time  // scheduled_at: for a schedule's task, its tick
 	Created    time.Time
 }
@@ -90,7 +91,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 	var attempts []dbAttempt
 	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
 		rows, err := h.db.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
-			schedule, scheduled_at, created_at FROM tasks`)
+			schedule, workflow_id::text, scheduled_at, created_at FROM tasks`)
 		if err != nil {
 			return err
 		}
@@ -159,7 +160,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	for _, t := range tasks {
 		byID[t.ID] = t
 		switch {
-		case t.Queue == queueProbe, t.Schedule != nil: // checked by verifySchedules
+		case t.Queue == queueProbe, t.Schedule != nil, t.WorkflowID != nil: // checked by verifySchedules, verifyWorkflows
 		case t.Key == nil:
 			extra = append(extra, t.ID)
 		default:
@@ -383,6 +384,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	rep.Enqueue = l
 	rep.Lags = lags(events, tasks, attempts, byTask)
 	h.verifySchedules(tasks, events, rep)
+	h.verifyWorkflows(h.workflows, h.wfLedger, byID, byTask, rep)
 }
 
 // attribute names the fault that most likely cost a lost attempt: the worker's own
