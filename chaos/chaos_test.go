@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"strconv"
 	"syscall"
@@ -79,13 +78,8 @@ func TestChaosLosesNothing(t *testing.T) {
 	}
 
 	h := newHarness(t)
-	for _, q := range []string{queueNoop, queueSleep, queueFail, queueProbe} {
-		status, data, err := h.mustCall(http.MethodPost, "/queues",
-			map[string]any{"name": q, "backoff_base_ms": 100, "backoff_max_ms": 2000}, 30*time.Second)
-		if err != nil || status != http.StatusCreated {
-			t.Fatalf("create queue %s: %d %v %s", q, status, err, data)
-		}
-	}
+	h.push = startPushTarget(h)
+	h.createQueues(h.push.srv.URL)
 	for _, w := range h.workers {
 		if err := w.start(); err != nil {
 			t.Fatalf("start worker: %v", err)
@@ -107,8 +101,14 @@ func TestChaosLosesNothing(t *testing.T) {
 			defer close(done)
 			h.runWorkflows(producer, h.workflows, h.wfLedger)
 		}()
+		cancelled := make(chan struct{})
+		go func() {
+			defer close(cancelled)
+			h.runCanceller(producer, p, ledger, &h.cancels)
+		}()
 		h.runEnqueuer(producer, p, ledger)
 		<-done
+		<-cancelled
 	}()
 	t.Cleanup(func() { // never leave the producer running past the test
 		stopProducer()
@@ -230,9 +230,19 @@ func TestScheduleIsDeterministic(t *testing.T) {
 		}
 		classes[a.Class]++
 	}
-	for _, c := range []string{"noop", "sleep", "sleep-long", "fail-recover", "fail-dead"} {
+	for _, c := range []string{"noop", "sleep", "fail-recover", "fail-dead"} {
 		if classes[c] == 0 {
 			t.Errorf("no %s task in 500", c)
+		}
+	}
+	// The rarer classes of the bounded run's 2,000 tasks.
+	classes = map[string]int{}
+	for _, task := range newPlan(defaultSeed, 2000, time.Minute).Tasks {
+		classes[task.Class]++
+	}
+	for _, c := range []string{"sleep-long", "timeout-dead", "cancel-pending", "cancel-executing", "limited", "capped", "push", "push-gone"} {
+		if classes[c] == 0 {
+			t.Errorf("no %s task in the bounded run's 2,000", c)
 		}
 	}
 }
