@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -359,9 +360,10 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 	rep.info("cancels answered 202 (executing task, cancel requested)", byCancel[http.StatusAccepted])
 	rep.info("cancels answered 409 (task already finished)", byCancel[http.StatusConflict])
 
-	// Graceful stops: every attempt live at the SIGTERM ended succeeded, failed or
-	// released (none left to the watchdog), and released attempts spend no budget
-	// (the dead-budget check counts attempts but released ones).
+	// Graceful stops: every attempt live at the SIGTERM ended succeeded or released,
+	// or failed by its handler's own plan: none left to the watchdog, none nacked
+	// (a spent retry) for the stop; and released attempts spend no budget (the
+	// dead-budget check counts attempts but released ones).
 	var termBad []string
 	released := 0
 	for _, g := range h.terms {
@@ -373,10 +375,12 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 				if a.Worker != g.Worker || !a.Started.Before(g.At) || (a.Finished != nil && a.Finished.Before(g.At)) {
 					continue
 				}
-				switch a.Status {
-				case "released":
+				switch c := classOf[a.TaskID]; {
+				case a.Status == "released":
 					released++
-				case "succeeded", "failed", "cancelled":
+				case a.Status == "succeeded", a.Status == "cancelled":
+				case a.Status == "failed" && (strings.HasPrefix(c, "fail") || c == "timeout-dead" || c == "push" || c == "push-gone"):
+					// its handler's own failure
 				default:
 					termBad = append(termBad, fmt.Sprintf("%s attempt %d of %s, live at its SIGTERM, ended %s", a.TaskID, a.N, g.Worker, a.Status))
 				}
