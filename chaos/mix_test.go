@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -375,11 +374,11 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 				if a.Worker != g.Worker || !a.Started.Before(g.At) || (a.Finished != nil && a.Finished.Before(g.At)) {
 					continue
 				}
-				switch c := classOf[a.TaskID]; {
+				switch {
 				case a.Status == "released":
 					released++
 				case a.Status == "succeeded", a.Status == "cancelled":
-				case a.Status == "failed" && (strings.HasPrefix(c, "fail") || c == "timeout-dead" || c == "push" || c == "push-gone"):
+				case a.Status == "failed" && (a.Queue == queueFail || a.Queue == queuePush || classOf[a.TaskID] == "timeout-dead"):
 					// its handler's own failure
 				default:
 					termBad = append(termBad, fmt.Sprintf("%s attempt %d of %s, live at its SIGTERM, ended %s", a.TaskID, a.N, g.Worker, a.Status))

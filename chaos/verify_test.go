@@ -35,6 +35,7 @@ type dbAttempt struct {
 	Status   string
 	Started  time.Time
 	Finished *time.Time
+	Queue    string
 }
 
 // check is one verified figure: its value and, for an invariant, the value it must
@@ -98,7 +99,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 		if tasks, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbTask]); err != nil {
 			return err
 		}
-		rows, err = h.db.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at
+		rows, err = h.db.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
 			FROM attempts ORDER BY task_id, attempt`)
 		if err != nil {
 			return err
