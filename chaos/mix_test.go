@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // createQueues creates the worker queues, the probe queue, the rate-limited and the
@@ -148,11 +150,16 @@ func (h *harness) runCanceller(ctx context.Context, p plan, l *enqueueLedger, ou
 		case <-time.After(100 * time.Millisecond): // polling the producer's ledger and PostgreSQL
 		}
 		var rest []want
-		for _, w := range todo {
-			l.mu.Lock()
-			id, ok := l.ids[w.spec.Key]
-			l.mu.Unlock()
-			if !ok {
+		ids := make([]string, len(todo))
+		l.mu.Lock()
+		for i, w := range todo {
+			ids[i] = l.ids[w.spec.Key]
+		}
+		l.mu.Unlock()
+		statuses := h.taskStatuses(ids)
+		for i, w := range todo {
+			id := ids[i]
+			if id == "" {
 				rest = append(rest, w)
 				continue
 			}
@@ -160,11 +167,7 @@ func (h *harness) runCanceller(ctx context.Context, p plan, l *enqueueLedger, ou
 				w.since = time.Now()
 			}
 			if w.spec.Class == "cancel-executing" && time.Since(w.since) < 20*time.Second {
-				var status string
-				_ = h.dbRetry(5*time.Second, func(ctx context.Context) error {
-					return h.db.QueryRow(ctx, `SELECT status FROM tasks WHERE id = $1`, id).Scan(&status)
-				})
-				if status != "executing" && status != "done" && status != "dead" && status != "cancelled" {
+				if status := statuses[id]; status != "executing" && status != "done" && status != "dead" && status != "cancelled" {
 					rest = append(rest, w)
 					continue
 				}
@@ -182,7 +185,34 @@ func (h *harness) runCanceller(ctx context.Context, p plan, l *enqueueLedger, ou
 	}
 }
 
-// windowCount is the largest number of events in [times[i], times[j]] above what a
+// taskStatuses reads the status of each of ids (empty ones skipped) in one query.
+func (h *harness) taskStatuses(ids []string) map[string]string {
+	out := map[string]string{}
+	var known []string
+	for _, id := range ids {
+		if id != "" {
+			known = append(known, id)
+		}
+	}
+	if len(known) == 0 {
+		return out
+	}
+	_ = h.dbRetry(5*time.Second, func(ctx context.Context) error {
+		rows, err := h.db.Query(ctx, `SELECT id::text, status FROM tasks WHERE id = ANY($1::uuid[])`, known)
+		if err != nil {
+			return err
+		}
+		var id, status string
+		_, err = pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+			out[id] = status
+			return nil
+		})
+		return err
+	})
+	return out
+}
+
+// windowExcess is the largest number of events in [times[i], times[j]] above what a
 // token bucket of rate and burst allows, where each allowance (a moment Redis lost
 // its data, or PostgreSQL came back) in or up to 2 s before the window adds a burst.
 // times must be sorted. It returns the excess and the window that shows it.
