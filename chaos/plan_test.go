@@ -86,7 +86,7 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 		if rng.IntN(2) > 0 { // half the requests are batches of 2..20
 			size = 2 + rng.IntN(19)
 		}
-		if class == "limited" || strings.HasPrefix(class, "push") {
+		if class == "limited" || class == "capped" || strings.HasPrefix(class, "push") {
 			size = 10 + rng.IntN(11) // batches past the burst: the limits must bite
 		}
 		size = min(size, n-len(p.Tasks))
