@@ -56,7 +56,8 @@ type pushRequest struct {
 
 // pushTarget is the push queue's endpoint: it answers each task's attempts as its
 // payload plans ({"push": ["503", "hang", ...]}: attempt k does the k-th, later
-// attempts get 200) and records every request.
+// attempts get 200; {"gone": true}: every attempt gets 410, also one after an
+// attempt lost to a fault) and records every request.
 type pushTarget struct {
 	srv *httptest.Server
 	mu  sync.Mutex
@@ -76,10 +77,14 @@ func (p *pushTarget) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	var payload struct {
 		Push []string `json:"push"`
+		Gone bool     `json:"gone"` // every attempt gets 410
 	}
 	_ = json.Unmarshal(body, &payload)
 	rec.Mode = "200"
-	if rec.Attempt >= 1 && rec.Attempt <= len(payload.Push) {
+	switch {
+	case payload.Gone:
+		rec.Mode = "410"
+	case rec.Attempt >= 1 && rec.Attempt <= len(payload.Push):
 		rec.Mode = payload.Push[rec.Attempt-1]
 	}
 	defer func() {

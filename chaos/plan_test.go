@@ -194,7 +194,7 @@ func newTask(rng *rand.Rand, class string, seed uint64, i int) taskSpec {
 	case "push-gone":
 		// A 4xx ends the task dead at once, whatever its budget.
 		t.Expect = "dead"
-		payload = map[string]any{"i": i, "push": []string{"410"}}
+		payload = map[string]any{"i": i, "gone": true}
 	}
 	t.Payload, _ = json.Marshal(payload) // maps of ints and strings always encode
 	if rng.IntN(10) == 0 {
