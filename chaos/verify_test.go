@@ -403,7 +403,8 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 
 // attribute names the fault that most likely cost a lost attempt: the worker's own
 // SIGKILL or SIGSTOP, else the latest fault shortly before the lease stopped being
-// renewed. It is a heuristic for the report; no check depends on it.
+// renewed (or a lasting fault, a pause or a partition, still on when the attempt
+// started). It is a heuristic for the report; no check depends on it.
 func attribute(a dbAttempt, killed map[string]time.Time, paused map[string]pauseRecord, events []event) string {
 	live := func(at time.Time) bool { return a.Started.Before(at) && a.Finished != nil && a.Finished.After(at) }
 	if at, ok := killed[a.Worker]; ok && live(at) {
@@ -423,7 +424,9 @@ func attribute(a dbAttempt, killed map[string]time.Time, paused map[string]pause
 	best := ""
 	var bestAt time.Time
 	for _, e := range events {
-		if e.At.After(a.Started.Add(-time.Second)) && !e.At.After(lastSign) && e.At.After(bestAt) {
+		// A fault that lasts (a pause, a partition) counts while it is on.
+		on := e.At.After(a.Started.Add(-time.Second)) || (!e.Back.IsZero() && e.Back.After(a.Started))
+		if on && !e.At.After(lastSign) && e.At.After(bestAt) {
 			best, bestAt = e.Kind, e.At
 		}
 	}
