@@ -23,7 +23,7 @@
 //
 // The package holds no production code: everything is in its tests, which skip
 // under -short. `make test` runs a bounded run (2,000 tasks, 90 s of faults);
-// `make chaos` a long one (100,000 tasks, 15 min of faults). Environment:
+// `make chaos` a long one (100,000 tasks, 60 min of faults). Environment:
 //
 //	TASKFORGE_CHAOS_TASKS     tasks to enqueue (default 2000)
 //	TASKFORGE_CHAOS_DURATION  length of the fault window (default 90s)

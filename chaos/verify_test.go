@@ -91,7 +91,14 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 	var tasks []dbTask
 	var attempts []dbAttempt
 	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
-		rows, err := h.db.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
+		// One snapshot for both: a run that did not settle still reads a
+		// consistent state.
+		tx, err := h.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
 			schedule, workflow_id::text, scheduled_at, created_at FROM tasks`)
 		if err != nil {
 			return err
@@ -99,7 +106,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 		if tasks, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbTask]); err != nil {
 			return err
 		}
-		rows, err = h.db.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
+		rows, err = tx.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
 			FROM attempts ORDER BY task_id, attempt`)
 		if err != nil {
 			return err
