@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -287,6 +288,18 @@ func overCap(ivs []interval, capacity int, losses []time.Time) (violations []str
 	return violations, peak
 }
 
+// claimLost reports whether a's claim may never have reached its worker: a
+// replica crashed or was killed between a second before the claim and two after.
+func claimLost(a dbAttempt, events []event) bool {
+	for _, e := range events {
+		if (strings.HasPrefix(e.Kind, "crashpoint:") || e.Kind == string(faultReplicaKill)) &&
+			e.At.After(a.Started.Add(-time.Second)) && e.At.Before(a.Started.Add(2*time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
 // redisLosses are the moments Redis lost its data (FLUSHALL, restart); with
 // PostgreSQL's returns they are the allowances of the rate check.
 func redisLosses(events []event) (losses, pgBack []time.Time) {
@@ -399,7 +412,7 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 	// (a spent retry) for the stop; and released attempts spend no budget (the
 	// dead-budget check counts attempts but released ones).
 	var termBad []string
-	released := 0
+	released, lostClaims := 0, 0
 	for _, g := range h.terms {
 		if g.ExitCode != 0 {
 			termBad = append(termBad, fmt.Sprintf("%s exited %d after SIGTERM", g.Worker, g.ExitCode))
@@ -418,6 +431,10 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 				case (a.Status == "failed" || a.Status == "timed_out") && classOf[a.TaskID] == "timeout-dead":
 					// its planned overrun: the lease ends at the deadline, and the
 					// watchdog's reclaim (timed_out) races the worker's nack
+				case a.Status == "abandoned" && claimLost(a, events):
+					// claimed for the worker by a poll whose answer died with its
+					// replica: the worker never held it, so could not release it
+					lostClaims++
 				default:
 					termBad = append(termBad, fmt.Sprintf("%s attempt %d of %s, live at its SIGTERM, ended %s", a.TaskID, a.N, g.Worker, a.Status))
 				}
@@ -426,6 +443,7 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 	}
 	rep.add("gracefully stopped workers: attempts left to the watchdog, or a non-zero exit", len(termBad), termBad)
 	rep.info("attempts released by gracefully stopped workers", released)
+	rep.info("attempts live at a graceful stop whose claim's answer died with a replica (abandoned)", lostClaims)
 
 	// Push: every succeeded attempt was answered 2xx by the target, no planned
 	// 4xx task was ever answered 2xx, and the queue's limits held at the target.
