@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"strconv"
 	"syscall"
@@ -52,6 +51,10 @@ func loadConfig(t *testing.T) config {
 	return c
 }
 
+// workflowsFor is the number of workflows a run of tasks tasks submits besides
+// them: one per hundred tasks, at least eight.
+func workflowsFor(tasks int) int { return max(8, tasks/100) }
+
 // settleTimeout bounds the wait, after the fault window, for every task to end.
 const settleTimeout = 3 * time.Minute
 
@@ -75,13 +78,8 @@ func TestChaosLosesNothing(t *testing.T) {
 	}
 
 	h := newHarness(t)
-	for _, q := range []string{queueNoop, queueSleep, queueFail, queueProbe} {
-		status, data, err := h.mustCall(http.MethodPost, "/queues",
-			map[string]any{"name": q, "backoff_base_ms": 100, "backoff_max_ms": 2000}, 30*time.Second)
-		if err != nil || status != http.StatusCreated {
-			t.Fatalf("create queue %s: %d %v %s", q, status, err, data)
-		}
-	}
+	h.push = startPushTarget(h)
+	h.createQueues(h.push.srv.URL)
 	for _, w := range h.workers {
 		if err := w.start(); err != nil {
 			t.Fatalf("start worker: %v", err)
@@ -94,9 +92,23 @@ func TestChaosLosesNothing(t *testing.T) {
 	ledger := newEnqueueLedger()
 	enqueued := make(chan struct{})
 	producer, stopProducer := context.WithCancel(context.Background())
+	h.workflows = newWorkflowPlan(cfg.Seed, workflowsFor(cfg.Tasks), cfg.Window-5*time.Second)
+	h.wfLedger = &wfLedger{ids: map[string]string{}}
 	go func() {
 		defer close(enqueued)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.runWorkflows(producer, h.workflows, h.wfLedger)
+		}()
+		cancelled := make(chan struct{})
+		go func() {
+			defer close(cancelled)
+			h.runCanceller(producer, p, ledger, &h.cancels)
+		}()
 		h.runEnqueuer(producer, p, ledger)
+		<-done
+		<-cancelled
 	}()
 	t.Cleanup(func() { // never leave the producer running past the test
 		stopProducer()
@@ -218,9 +230,19 @@ func TestScheduleIsDeterministic(t *testing.T) {
 		}
 		classes[a.Class]++
 	}
-	for _, c := range []string{"noop", "sleep", "sleep-long", "fail-recover", "fail-dead"} {
+	for _, c := range []string{"noop", "sleep", "fail-recover", "fail-dead"} {
 		if classes[c] == 0 {
 			t.Errorf("no %s task in 500", c)
+		}
+	}
+	// The rarer classes of the bounded run's 2,000 tasks.
+	classes = map[string]int{}
+	for _, task := range newPlan(defaultSeed, 2000, time.Minute).Tasks {
+		classes[task.Class]++
+	}
+	for _, c := range []string{"sleep-long", "timeout-dead", "cancel-pending", "cancel-executing", "limited", "capped", "push", "push-gone"} {
+		if classes[c] == 0 {
+			t.Errorf("no %s task in the bounded run's 2,000", c)
 		}
 	}
 }

@@ -1,23 +1,29 @@
 // Package chaos is TaskForge's fault-injection suite. It proves invariant 1 (no
 // task is lost) together with 2 and 3 (one valid lease at a time; a done task
-// never runs again) against the real thing: its tests build the
-// taskforge binary, start a throwaway PostgreSQL and Redis, three `taskforge serve`
-// replicas behind a small round-robin TCP proxy and eight reference workers
-// (`taskforge worker`), enqueue thousands of tasks through the API, and let two
-// cron schedules (@every 2s and a six-field */3 seconds) fire into a worker queue,
-// while a seeded fault schedule runs, then read PostgreSQL and check every task and
-// attempt, and every schedule's ticks: one task each, on the schedule's grid, none
-// missing unless PostgreSQL or every replica was down between it and the next.
+// never runs again) and 5 (rate limits, summed over replicas) against the real
+// thing: its tests build the taskforge binary, start a throwaway PostgreSQL and
+// Redis, three `taskforge serve` replicas behind a small round-robin TCP proxy
+// (each reaching PostgreSQL and Redis through proxies of its own that a partition
+// cuts) and eight reference workers (`taskforge worker`), and a push target over
+// HTTP. Through the API they enqueue thousands of tasks of every kind (failing,
+// sleeping past the lease, overrunning timeout_seconds, cancelled while waiting or
+// executing, into a rate-limited, a capped and a push queue), submit workflows
+// (diamonds and fan-ins) and let two cron schedules (@every 2s and a six-field */3
+// seconds) fire, while a seeded fault schedule runs; then they read PostgreSQL and
+// the target's records and check every task, attempt, workflow and schedule tick.
 //
 // The faults: SIGKILL of workers holding tasks and of serve replicas (each is
-// restarted), SIGSTOP of a worker past its lease (its late heartbeat, ack and nack
+// restarted), SIGTERM of a worker (graceful stop: it must release, not spend, what
+// it holds), SIGSTOP of a worker past its lease (its late heartbeat, ack and nack
 // must get 409; the test also checks this with a lease of its own that it lets
-// expire), FLUSHALL and restart of Redis, fast-shutdown and SIGKILL restarts of
-// PostgreSQL, and crash points inside serve (internal/crashpoint) on two replicas.
+// expire), FLUSHALL, SIGSTOP and restart of Redis, fast-shutdown and SIGKILL
+// restarts of PostgreSQL and a SIGSTOP of it past the lease, a running replica cut
+// off from PostgreSQL and Redis past a push lease, and crash points inside serve
+// (internal/crashpoint) on two replicas.
 //
 // The package holds no production code: everything is in its tests, which skip
 // under -short. `make test` runs a bounded run (2,000 tasks, 90 s of faults);
-// `make chaos` a long one (10,000 tasks). Environment:
+// `make chaos` a long one (100,000 tasks, 60 min of faults). Environment:
 //
 //	TASKFORGE_CHAOS_TASKS     tasks to enqueue (default 2000)
 //	TASKFORGE_CHAOS_DURATION  length of the fault window (default 90s)

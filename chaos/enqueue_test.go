@@ -73,6 +73,7 @@ type taskBody struct {
 	Payload        json.RawMessage `json:"payload"`
 	Priority       int             `json:"priority"`
 	MaxRetries     int             `json:"max_retries"`
+	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
 	ScheduledAt    *string         `json:"scheduled_at,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key"`
 }
@@ -85,7 +86,8 @@ func (h *harness) enqueueOne(ctx context.Context, p plan, r enqueueRequest, l *e
 	keys := make([]string, len(r.Tasks))
 	for i, ti := range r.Tasks {
 		t := p.Tasks[ti]
-		bodies[i] = taskBody{Payload: t.Payload, Priority: t.Priority, MaxRetries: t.MaxRetries, IdempotencyKey: t.Key}
+		bodies[i] = taskBody{Payload: t.Payload, Priority: t.Priority, MaxRetries: t.MaxRetries,
+			TimeoutSeconds: t.Timeout, IdempotencyKey: t.Key}
 		keys[i] = t.Key
 		if t.Delay > 0 {
 			at := now.Add(t.Delay).UTC().Truncate(time.Millisecond)

@@ -125,9 +125,97 @@ func (in *injector) run(f fault) {
 		}
 		e.Back = time.Now()
 		h.addEvent(e)
+	case faultWorkerTerm:
+		in.term(f)
+	case faultPGPause:
+		e := &event{Kind: string(f.Kind), Target: "postgres", At: time.Now()}
+		pid, err := postmasterGroup(h.pg.DataDir())
+		if err == nil {
+			err = stopFor(-pid, f.Down)
+		}
+		if err != nil {
+			t.Fatalf("pause PostgreSQL: %v", err)
+		}
+		e.Back = time.Now()
+		h.addEvent(e)
+	case faultRedisPause:
+		e := &event{Kind: string(f.Kind), Target: "redis", At: time.Now()}
+		pid, err := redisPID(h.redis.Addr)
+		if err == nil {
+			err = stopFor(pid, f.Down)
+		}
+		if err != nil {
+			t.Fatalf("pause Redis: %v", err)
+		}
+		e.Back = time.Now()
+		h.addEvent(e)
+	case faultPartition:
+		r := h.replica[f.Target]
+		e := &event{Kind: string(f.Kind), Target: r.name(), At: time.Now()}
+		r.pgProxy.Cut()
+		r.redisProxy.Cut()
+		time.Sleep(f.Down) // the partition's length: part of the schedule
+		r.pgProxy.Restore()
+		r.redisProxy.Restore()
+		e.Back = time.Now()
+		h.addEvent(e)
 	default:
 		t.Fatalf("unknown fault kind %q", f.Kind)
 	}
+}
+
+// termRecord is one graceful stop: the worker, when it got SIGTERM, how it exited.
+type termRecord struct {
+	Worker   string
+	At       time.Time
+	ExitCode int
+}
+
+// term SIGTERMs a worker holding tasks: it stops polling, waits its grace (1 s),
+// releases what still runs and exits 0. It is restarted after f.Down.
+func (in *injector) term(f fault) {
+	h := in.h
+	w := in.longHolder()
+	if w == nil {
+		w = in.pickWorkers(f.Target, 1)[0]
+	}
+	id, p := w.current()
+	e := &event{Kind: string(f.Kind), Target: id, At: time.Now(), Note: fmt.Sprintf("held %d tasks", in.held()[id])}
+	p.signal(syscall.SIGTERM)
+	rec := termRecord{Worker: id, At: e.At, ExitCode: -2}
+	select {
+	case <-p.done:
+		rec.ExitCode = p.exitCode
+	case <-time.After(20 * time.Second):
+		p.kill()
+		e.Note += "; still running 20 s after SIGTERM, killed"
+	}
+	time.Sleep(f.Down) // the time the worker stays stopped: part of the schedule
+	if err := w.start(); err != nil {
+		h.t.Fatalf("restart worker: %v", err)
+	}
+	e.Back = time.Now()
+	h.terms = append(h.terms, rec)
+	h.addEvent(e)
+}
+
+// longHolder waits up to 10 s for a worker to hold a sleep task longer than its
+// grace (1 s), so that a graceful stop has something to release; nil if none does.
+func (in *injector) longHolder() *workerSlot {
+	var holder string
+	poll(10*time.Second, func() bool {
+		_ = in.h.dbRetry(5*time.Second, func(ctx context.Context) error {
+			return in.h.db.QueryRow(ctx, `SELECT coalesce(min(claimed_by), '') FROM tasks
+				WHERE status = 'executing' AND queue = $1 AND (payload->>'ms')::int >= 2000`, queueSleep).Scan(&holder)
+		})
+		return holder != ""
+	})
+	for _, w := range in.h.workers {
+		if id, _ := w.current(); id == holder {
+			return w
+		}
+	}
+	return nil
 }
 
 // flushAll sends FLUSHALL over a plain connection (RESP), retrying briefly.

@@ -71,6 +71,14 @@ type harness struct {
 	workers []*workerSlot
 	// schedules fire into the noop queue during the fault window.
 	schedules []*chaosSchedule
+	// workflows are submitted through POST /workflows during the fault window.
+	workflows []wfSpec
+	wfLedger  *wfLedger
+	// push is the push queue's target; cancels and terms what the canceller and the
+	// graceful stops did.
+	push    *pushTarget
+	cancels []cancelRecord
+	terms   []termRecord
 
 	mu     sync.Mutex
 	events []*event // every injected fault and every crash-point exit, in order
@@ -151,8 +159,10 @@ func newHarness(t *testing.T) *harness {
 	h.api = "http://" + h.proxy.Addr()
 	for i := range numReplicas {
 		r := &replica{h: h, idx: i, port: testenv.FreePort(t), crashpoints: crashPoints[i],
-			logPath: filepath.Join(logDir, fmt.Sprintf("replica-r%d.log", i)),
-			wake:    make(chan struct{}, 1), done: make(chan struct{})}
+			pgProxy:    startGatedProxy(t, fmt.Sprintf("127.0.0.1:%d", h.pg.Port())),
+			redisProxy: startGatedProxy(t, h.redis.Addr),
+			logPath:    filepath.Join(logDir, fmt.Sprintf("replica-r%d.log", i)),
+			wake:       make(chan struct{}, 1), done: make(chan struct{})}
 		r.URL = fmt.Sprintf("http://127.0.0.1:%d", r.port)
 		h.replica = append(h.replica, r)
 	}
@@ -322,6 +332,8 @@ type replica struct {
 	URL         string
 	logPath     string
 	crashpoints string
+	// Its own ways to PostgreSQL and Redis, which a partition fault cuts.
+	pgProxy, redisProxy *gatedProxy
 
 	mu       sync.Mutex
 	cur      *proc
@@ -357,8 +369,8 @@ func (r *replica) supervise() {
 			return
 		}
 		env := childEnv(append([]string{
-			"DATABASE_URL=" + r.h.dbURL,
-			"REDIS_URL=redis://" + r.h.redis.Addr,
+			"DATABASE_URL=" + withHostPort(r.h.dbURL, r.pgProxy.Addr()),
+			"REDIS_URL=redis://" + r.redisProxy.Addr(),
 			fmt.Sprintf("TASKFORGE_LISTEN=127.0.0.1:%d", r.port),
 		}, serveEnv...)...)
 		if !r.calm && r.crashpoints != "" {

@@ -15,10 +15,27 @@ const (
 	queueSleep = "sleep"
 	queueFail  = "fail"
 	queueProbe = "probe"
+	// queueLimited is rate-limited (noop handler), queueCapped capped (sleep
+	// handler), queuePush a push queue with both limits whose target the test runs.
+	queueLimited = "limited"
+	queueCapped  = "capped"
+	queuePush    = "push"
+)
+
+// The limits of the flow-controlled queues (see docs/flow-control.md).
+const (
+	limitedRate  = 25.0 // tasks/s handed out from queueLimited, summed over replicas
+	limitedBurst = 5
+	cappedMax    = 3 // attempts of queueCapped executing at once
+	pushRate     = 40.0
+	pushBurst    = 8
+	pushMax      = 4
+	pushTimeout  = 800 * time.Millisecond // the push target's timeout_ms
 )
 
 // workerQueues is the --queue list of every reference worker, in poll order.
-var workerQueues = []string{queueFail + "=fail", queueSleep + "=sleep", queueNoop + "=noop"}
+var workerQueues = []string{queueFail + "=fail", queueSleep + "=sleep", queueNoop + "=noop",
+	queueLimited + "=noop", queueCapped + "=sleep"}
 
 // goodRetries is the budget of tasks that must end done: large enough that the
 // attempts lost to faults (a few per task at worst) never exhaust it.
@@ -32,8 +49,9 @@ type taskSpec struct {
 	Payload    json.RawMessage // the handler's input
 	Priority   int             // 1..10
 	MaxRetries int             // per-task budget
+	Timeout    int             // timeout_seconds; 0 = none
 	Delay      time.Duration   // scheduled this far after it is first sent; 0 = due now
-	Expect     string          // done or dead
+	Expect     string          // done, dead or cancelled
 }
 
 // enqueueRequest is one planned API call: a single enqueue (one task) or a batch.
@@ -50,10 +68,15 @@ type plan struct {
 }
 
 // newPlan draws n tasks from seed and groups them into requests spread evenly over
-// window. Mix: ~45% noop, ~23% sleep 100–1500 ms, ~2% sleep 2.5–3.5 s (longer than
-// the lease: heartbeats must carry them), ~20% fail 1–2 times then succeed, ~10%
-// fail more times than their budget allows (must end dead); ~10% of all are
-// scheduled 1–8 s ahead; priorities uniform over 1..10.
+// window. Mix: ~40% noop, ~20% sleep 100–1500 ms, ~2% sleep 2.5–3.5 s (longer than
+// the lease: heartbeats must carry them), ~18% fail 1–2 times then succeed, ~8%
+// fail more times than their budget allows (must end dead), ~2% overrun a
+// timeout_seconds of 1 on every attempt (must end dead), ~1% are cancelled while
+// pending and ~1% while executing (must end cancelled), ~3% go to the rate-limited
+// queue, ~2% to the capped one, ~2.5% to the push queue (failing 0–2 times at the
+// target: 503, a hang past timeout_ms, a closed connection) and ~0.5% to it with
+// a 410 (must end dead at once); ~10% of all are scheduled 1–8 s ahead; priorities
+// uniform over 1..10.
 func newPlan(seed uint64, n int, window time.Duration) plan {
 	rng := rand.New(rand.NewPCG(seed, 0x7461736b)) // "task"
 	var p plan
@@ -62,6 +85,9 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 		size := 1
 		if rng.IntN(2) > 0 { // half the requests are batches of 2..20
 			size = 2 + rng.IntN(19)
+		}
+		if class == "limited" || class == "capped" || strings.HasPrefix(class, "push") {
+			size = 10 + rng.IntN(11) // batches past the burst: the limits must bite
 		}
 		size = min(size, n-len(p.Tasks))
 		req := enqueueRequest{Queue: queueOf(class)}
@@ -79,26 +105,46 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 }
 
 func pickClass(rng *rand.Rand) string {
-	switch r := rng.IntN(100); {
-	case r < 45:
+	switch r := rng.IntN(1000); {
+	case r < 400:
 		return "noop"
-	case r < 68:
+	case r < 600:
 		return "sleep"
-	case r < 70:
+	case r < 620:
 		return "sleep-long"
-	case r < 90:
+	case r < 800:
 		return "fail-recover"
-	default:
+	case r < 880:
 		return "fail-dead"
+	case r < 900:
+		return "timeout-dead"
+	case r < 910:
+		return "cancel-pending"
+	case r < 920:
+		return "cancel-executing"
+	case r < 950:
+		return "limited"
+	case r < 970:
+		return "capped"
+	case r < 995:
+		return "push"
+	default:
+		return "push-gone"
 	}
 }
 
 func queueOf(class string) string {
 	switch {
-	case class == "noop":
+	case class == "noop", class == "cancel-pending":
 		return queueNoop
-	case strings.HasPrefix(class, "sleep"):
+	case strings.HasPrefix(class, "sleep"), class == "timeout-dead", class == "cancel-executing":
 		return queueSleep
+	case class == "limited":
+		return queueLimited
+	case class == "capped":
+		return queueCapped
+	case strings.HasPrefix(class, "push"):
+		return queuePush
 	default:
 		return queueFail
 	}
@@ -122,10 +168,42 @@ func newTask(rng *rand.Rand, class string, seed uint64, i int) taskSpec {
 		t.MaxRetries = rng.IntN(3)
 		t.Expect = "dead"
 		payload = map[string]any{"i": i, "fail_times": t.MaxRetries + 1 + rng.IntN(3)}
+	case "timeout-dead":
+		// Every attempt sleeps past timeout_seconds: the budget runs out.
+		t.MaxRetries, t.Timeout, t.Expect = 1, 1, "dead"
+		payload = map[string]any{"i": i, "ms": 1500 + rng.IntN(1001)}
+	case "cancel-pending":
+		// Due long after the run: the test cancels it while it waits.
+		t.Expect = "cancelled"
+		payload = map[string]any{"i": i}
+	case "cancel-executing":
+		// Long enough for the test to see it executing and cancel it.
+		t.Expect = "cancelled"
+		payload = map[string]any{"i": i, "ms": 3000 + rng.IntN(1001)}
+	case "limited":
+		payload = map[string]any{"i": i}
+	case "capped":
+		payload = map[string]any{"i": i, "ms": 100 + rng.IntN(401)}
+	case "push":
+		modes := []string{"503", "hang", "close"}
+		var plan []string
+		for range rng.IntN(3) {
+			plan = append(plan, modes[rng.IntN(len(modes))])
+		}
+		payload = map[string]any{"i": i, "push": plan}
+	case "push-gone":
+		// A 4xx ends the task dead at once, whatever its budget.
+		t.Expect = "dead"
+		payload = map[string]any{"i": i, "gone": true}
 	}
-	t.Payload, _ = json.Marshal(payload) // maps of ints always encode
+	t.Payload, _ = json.Marshal(payload) // maps of ints and strings always encode
 	if rng.IntN(10) == 0 {
 		t.Delay = time.Duration(1000+rng.IntN(7001)) * time.Millisecond
+	}
+	if class == "cancel-pending" {
+		t.Delay = 10 * time.Minute
+	} else if class == "cancel-executing" {
+		t.Delay = 0
 	}
 	return t
 }
@@ -141,11 +219,15 @@ const (
 	faultRedisRestart faultKind = "redis-restart"   // SIGKILL redis-server; restart after Down (empty)
 	faultPGFast       faultKind = "pg-restart-fast" // pg_ctl stop -m fast, then start
 	faultPGKill       faultKind = "pg-kill"         // SIGKILL the postmaster and backends; restart after Down
+	faultWorkerTerm   faultKind = "worker-term"     // SIGTERM a worker holding tasks (grace, then release); restart after Down
+	faultPGPause      faultKind = "pg-pause"        // SIGSTOP PostgreSQL (every process) for Down, longer than the lease
+	faultRedisPause   faultKind = "redis-pause"     // SIGSTOP redis-server for Down
+	faultPartition    faultKind = "partition"       // blackhole a running replica's PostgreSQL and Redis traffic for Down
 )
 
 // scheduledKinds are the kinds the schedule draws from; each appears at least once.
 var scheduledKinds = []faultKind{faultWorkerKill, faultWorkerPause, faultReplicaKill, faultRedisFlush,
-	faultRedisRestart, faultPGFast, faultPGKill}
+	faultRedisRestart, faultPGFast, faultPGKill, faultWorkerTerm, faultPGPause, faultRedisPause, faultPartition}
 
 // fault is one entry of the schedule.
 type fault struct {
@@ -165,7 +247,11 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" worker w%d", f.Target)
 	case faultReplicaKill:
 		s += fmt.Sprintf(" replica r%d, down %s", f.Target, f.Down)
-	case faultRedisRestart, faultPGKill:
+	case faultWorkerTerm:
+		s += fmt.Sprintf(" worker w%d, down %s", f.Target, f.Down)
+	case faultPartition:
+		s += fmt.Sprintf(" replica r%d, cut %s", f.Target, f.Down)
+	case faultRedisRestart, faultPGKill, faultPGPause, faultRedisPause:
 		s += fmt.Sprintf(" down %s", f.Down)
 	}
 	return s
@@ -204,6 +290,16 @@ func newSchedule(seed uint64, window time.Duration, workers, replicas int) []fau
 			f.Down = ms(300, 2000)
 		case faultPGKill:
 			f.Down = ms(500, 2500)
+		case faultWorkerTerm:
+			f.Target, f.Down = rng.IntN(workers), ms(200, 1500)
+		case faultPGPause:
+			f.Down = leaseTimeout + ms(1000, 2500)
+		case faultRedisPause:
+			f.Down = ms(500, 3000)
+		case faultPartition:
+			// Past a push attempt's lease (timeout_ms + 5 s): the partitioned
+			// replica's requests in flight are reclaimed by the others.
+			f.Target, f.Down = rng.IntN(replicas), pushTimeout+5*time.Second+ms(500, 2000)
 		}
 		out[i] = f
 	}

@@ -22,6 +22,7 @@ type dbTask struct {
 	Key        *string
 	Dispatched *time.Time // when the dispatcher last moved it into the Redis buffer
 	Schedule   *string    // the schedule whose tick created it, if any
+	WorkflowID *string    // the workflow whose step it is, if any
 	Scheduled  time.Time  // scheduled_at: for a schedule's task, its tick
 	Created    time.Time
 }
@@ -34,6 +35,7 @@ type dbAttempt struct {
 	Status   string
 	Started  time.Time
 	Finished *time.Time
+	Queue    string
 }
 
 // check is one verified figure: its value and, for an invariant, the value it must
@@ -89,15 +91,22 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 	var tasks []dbTask
 	var attempts []dbAttempt
 	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
-		rows, err := h.db.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
-			schedule, scheduled_at, created_at FROM tasks`)
+		// One snapshot for both: a run that did not settle still reads a
+		// consistent state.
+		tx, err := h.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
+			schedule, workflow_id::text, scheduled_at, created_at FROM tasks`)
 		if err != nil {
 			return err
 		}
 		if tasks, err = pgx.CollectRows(rows, pgx.RowToStructByPos[dbTask]); err != nil {
 			return err
 		}
-		rows, err = h.db.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at
+		rows, err = tx.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
 			FROM attempts ORDER BY task_id, attempt`)
 		if err != nil {
 			return err
@@ -159,7 +168,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	for _, t := range tasks {
 		byID[t.ID] = t
 		switch {
-		case t.Queue == queueProbe, t.Schedule != nil: // checked by verifySchedules
+		case t.Queue == queueProbe, t.Schedule != nil, t.WorkflowID != nil: // checked by verifySchedules, verifyWorkflows
 		case t.Key == nil:
 			extra = append(extra, t.ID)
 		default:
@@ -193,13 +202,22 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 		rep.Counts[t.Status]++
 		hist := byTask[t.ID]
 		switch {
-		case t.Status != "done" && t.Status != "dead":
+		case t.Status != "done" && t.Status != "dead" && t.Status != "cancelled":
 			lostTasks = append(lostTasks, fmt.Sprintf("%s %s (%s, %d attempts)", t.ID, t.Status, spec.Class, t.Attempts))
 		case t.Status != spec.Expect:
 			wrongEnd = append(wrongEnd, fmt.Sprintf("%s %s: %s, want %s; attempts %s", t.ID, spec.Class, t.Status, spec.Expect, historyOf(hist)))
 		}
-		if t.Status == "dead" && len(hist) != t.MaxRetries+1 {
-			deadBudget = append(deadBudget, fmt.Sprintf("%s: %d attempts, max_retries %d", t.ID, len(hist), t.MaxRetries))
+		// A released attempt (a graceful stop) spends no budget; a 4xx from a push
+		// target ends the task at once.
+		spent := 0
+		for _, a := range hist {
+			if a.Status != "released" {
+				spent++
+			}
+		}
+		if t.Status == "dead" && spec.Class != "push-gone" && spent != t.MaxRetries+1 {
+			deadBudget = append(deadBudget, fmt.Sprintf("%s: %d attempts (%d released), max_retries %d",
+				t.ID, len(hist), len(hist)-spent, t.MaxRetries))
 		}
 		if at, ok := l.scheduledAt[spec.Key]; ok && len(hist) > 0 && hist[0].Started.Before(at) {
 			early = append(early, fmt.Sprintf("%s: started %s, scheduled %s", t.ID, hist[0].Started.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano)))
@@ -244,7 +262,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 					afterSuccess = append(afterSuccess, fmt.Sprintf("%s: %s", t.ID, historyOf(hist)))
 				}
 			}
-			if a.Status == "failed" && classOf[t.ID] != "" && !strings.HasPrefix(classOf[t.ID], "fail") {
+			if c := classOf[t.ID]; a.Status == "failed" && (c == "noop" || c == "sleep" || c == "sleep-long" || c == "limited" || c == "capped") {
 				unexpectedFail = append(unexpectedFail, fmt.Sprintf("%s (%s) attempt %d by %s", t.ID, classOf[t.ID], a.N, a.Worker))
 			}
 			if i > 0 {
@@ -293,6 +311,9 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 			}
 			rep.Lost[a.Status]++
 			cause := attribute(a, killed, paused, events)
+			if a.Status == "timed_out" && classOf[t.ID] == "timeout-dead" {
+				cause = "timeout_seconds (planned overrun)"
+			}
 			rep.Causes[cause]++
 			if len(rep.Examples[cause]) < 3 {
 				if rep.Examples == nil {
@@ -359,7 +380,7 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	rep.add("tasks with non-contiguous attempt numbers", len(gaps), gaps)
 	rep.add("attempts still executing", len(executing), executing)
 	rep.add("lease tokens used by more than one attempt", dupTokens, nil)
-	rep.add("dead tasks whose attempts are not max_retries+1", len(deadBudget), deadBudget)
+	rep.add("dead tasks whose attempts (released ones aside) are not max_retries+1", len(deadBudget), deadBudget)
 	rep.add("tasks started before their scheduled_at", len(early), early)
 	rep.add("keys without a 2xx answer", len(missing2xx), missing2xx)
 	rep.add("2xx ids not stored under their key", len(idMismatch), idMismatch)
@@ -380,14 +401,17 @@ func (h *harness) verify(p plan, l *enqueueLedger, in *injector, rep *report) {
 	}
 	rep.info("probes whose fresh lease lapsed during the stale calls", inconclusive)
 	rep.info("failed attempts of noop/sleep tasks (none expected)", len(unexpectedFail))
+	h.verifyMix(p, byKey, byTask, events, rep)
 	rep.Enqueue = l
 	rep.Lags = lags(events, tasks, attempts, byTask)
 	h.verifySchedules(tasks, events, rep)
+	h.verifyWorkflows(h.workflows, h.wfLedger, byID, byTask, rep)
 }
 
 // attribute names the fault that most likely cost a lost attempt: the worker's own
 // SIGKILL or SIGSTOP, else the latest fault shortly before the lease stopped being
-// renewed. It is a heuristic for the report; no check depends on it.
+// renewed (or a lasting fault, a pause or a partition, still on when the attempt
+// started). It is a heuristic for the report; no check depends on it.
 func attribute(a dbAttempt, killed map[string]time.Time, paused map[string]pauseRecord, events []event) string {
 	live := func(at time.Time) bool { return a.Started.Before(at) && a.Finished != nil && a.Finished.After(at) }
 	if at, ok := killed[a.Worker]; ok && live(at) {
@@ -407,7 +431,9 @@ func attribute(a dbAttempt, killed map[string]time.Time, paused map[string]pause
 	best := ""
 	var bestAt time.Time
 	for _, e := range events {
-		if e.At.After(a.Started.Add(-time.Second)) && !e.At.After(lastSign) && e.At.After(bestAt) {
+		// A fault that lasts (a pause, a partition) counts while it is on.
+		on := e.At.After(a.Started.Add(-time.Second)) || (!e.Back.IsZero() && e.Back.After(a.Started))
+		if on && !e.At.After(lastSign) && e.At.After(bestAt) {
 			best, bestAt = e.Kind, e.At
 		}
 	}

@@ -1,0 +1,288 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// wfStep is one planned workflow step, as sent in POST /workflows.
+type wfStep struct {
+	Step       string          `json:"step"`
+	Queue      string          `json:"queue"`
+	Payload    json.RawMessage `json:"payload"`
+	MaxRetries int             `json:"max_retries"`
+	DependsOn  []string        `json:"depends_on,omitempty"`
+}
+
+// wfSpec is one planned workflow: a diamond or a fan-in whose steps fail and
+// recover, sleep past the lease, or (in about one in five) die, and what it must
+// end as.
+type wfSpec struct {
+	Key    string
+	Shape  string // diamond, fan-in
+	Steps  []wfStep
+	Dies   string        // the step planned to exhaust its budget, "" for none
+	Expect string        // succeeded or failed
+	At     time.Duration // offset from the start of the run at which it is submitted
+}
+
+// newWorkflowPlan draws n workflows from seed, spread evenly over window. A diamond
+// is a → (b, c) → d; a fan-in is 3–6 parallel steps → join. Steps are fail steps
+// that fail 1–2 times then succeed (retried with backoff), sleeps of 100–1500 ms,
+// and one in six a sleep of 2.5–3.5 s (longer than the lease, so that worker kills
+// and pauses hit steps too). In a fifth of the workflows one non-final step fails
+// more often than its budget allows: the workflow must end failed, and no step
+// depending on it may ever run.
+func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
+	rng := rand.New(rand.NewPCG(seed, 0x77666c77)) // "wflw"
+	step := func(name string, deps ...string) wfStep {
+		s := wfStep{Step: name, MaxRetries: goodRetries, DependsOn: deps}
+		var payload any
+		switch r := rng.IntN(6); {
+		case r < 3:
+			s.Queue, payload = queueFail, map[string]any{"step": name, "fail_times": 1 + rng.IntN(2)}
+		case r < 5:
+			s.Queue, payload = queueSleep, map[string]any{"step": name, "ms": 100 + rng.IntN(1401)}
+		default:
+			s.Queue, payload = queueSleep, map[string]any{"step": name, "ms": 2500 + rng.IntN(1001)}
+		}
+		s.Payload, _ = json.Marshal(payload) // maps of ints and strings always encode
+		return s
+	}
+	out := make([]wfSpec, n)
+	for i := range out {
+		w := wfSpec{Key: fmt.Sprintf("chaos-wf-%d-%d", seed, i), Expect: "succeeded",
+			At: time.Duration(int64(window) * int64(i) / int64(max(n, 1)))}
+		if rng.IntN(2) == 0 {
+			w.Shape = "diamond"
+			w.Steps = []wfStep{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")}
+		} else {
+			w.Shape = "fan-in"
+			var deps []string
+			for j := range 3 + rng.IntN(4) {
+				s := step(fmt.Sprintf("p%d", j))
+				w.Steps = append(w.Steps, s)
+				deps = append(deps, s.Step)
+			}
+			join := step("join", deps...)
+			w.Steps = append(w.Steps, join)
+		}
+		if rng.IntN(5) == 0 {
+			// A step with dependents dies: its budget (0 or 1 retries) is smaller than
+			// its failures.
+			d := &w.Steps[rng.IntN(len(w.Steps)-1)]
+			d.Queue, d.MaxRetries = queueFail, rng.IntN(2)
+			d.Payload, _ = json.Marshal(map[string]any{"step": d.Step, "fail_times": d.MaxRetries + 1 + rng.IntN(2)})
+			w.Dies, w.Expect = d.Step, "failed"
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// wfLedger records what the workflow submitter was told.
+type wfLedger struct {
+	mu       sync.Mutex
+	ids      map[string]string // idempotency key → workflow id from a 2xx answer
+	failed   int               // calls answered 5xx or cut off (each one retried)
+	problems []string          // 4xx answers, calls that never succeeded
+}
+
+// runWorkflows submits the planned workflows at their offsets, each retried with
+// the same idempotency key and body until it gets a 2xx.
+func (h *harness) runWorkflows(ctx context.Context, wfs []wfSpec, l *wfLedger) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, w := range wfs {
+		timer := time.NewTimer(time.Until(h.start.Add(w.At))) // the workflow's place in the schedule
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.submitWorkflow(ctx, w, l)
+		}()
+	}
+}
+
+func (h *harness) submitWorkflow(ctx context.Context, w wfSpec, l *wfLedger) {
+	body := map[string]any{"name": w.Shape + " " + w.Key, "idempotency_key": w.Key, "steps": w.Steps}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		status, data, err := h.call(ctx, http.MethodPost, "/workflows", body, nil)
+		if err == nil && (status == http.StatusCreated || status == http.StatusOK) {
+			var got struct {
+				ID string `json:"id"`
+			}
+			l.mu.Lock()
+			if err := json.Unmarshal(data, &got); err != nil || got.ID == "" {
+				l.problems = append(l.problems, fmt.Sprintf("workflow %s: answer without an id: %s", w.Key, data))
+			} else if prev, ok := l.ids[w.Key]; ok && prev != got.ID {
+				l.problems = append(l.problems, fmt.Sprintf("workflow %s answered %s, earlier %s", w.Key, got.ID, prev))
+			} else {
+				l.ids[w.Key] = got.ID
+			}
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Lock()
+		switch {
+		case err == nil && status < 500:
+			l.problems = append(l.problems, fmt.Sprintf("workflow %s: status %d: %s", w.Key, status, data))
+		case ctx.Err() != nil:
+			l.problems = append(l.problems, fmt.Sprintf("workflow %s: abandoned, the test is ending", w.Key))
+		case time.Now().After(deadline):
+			l.problems = append(l.problems, fmt.Sprintf("workflow %s: no 2xx within 2 minutes; last: %d %v", w.Key, status, err))
+		default:
+			l.failed++
+			l.mu.Unlock()
+			time.Sleep(200 * time.Millisecond) // retry backoff through an outage
+			continue
+		}
+		l.mu.Unlock()
+		return
+	}
+}
+
+// dbWorkflow is a workflow row with its steps.
+type dbWorkflow struct {
+	ID     string
+	Status string
+	Key    *string
+	Steps  map[string]dbStep
+}
+
+type dbStep struct {
+	DependsOn []string
+	TaskID    string
+}
+
+func (h *harness) loadWorkflows() map[string]*dbWorkflow {
+	out := map[string]*dbWorkflow{}
+	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
+		clear(out)
+		rows, err := h.db.Query(ctx, `SELECT id::text, status, idempotency_key FROM workflows`)
+		if err != nil {
+			return err
+		}
+		var id, status string
+		var key *string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &status, &key}, func() error {
+			out[id] = &dbWorkflow{ID: id, Status: status, Key: key, Steps: map[string]dbStep{}}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = h.db.Query(ctx, `SELECT workflow_id::text, step, depends_on, task_id::text FROM workflow_steps`)
+		if err != nil {
+			return err
+		}
+		var step, task string
+		var deps []string
+		_, err = pgx.ForEachRow(rows, []any{&id, &step, &deps, &task}, func() error {
+			if w := out[id]; w != nil {
+				w.Steps[step] = dbStep{DependsOn: append([]string(nil), deps...), TaskID: task}
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		h.t.Fatalf("read workflows: %v", err)
+	}
+	return out
+}
+
+// verifyWorkflows checks every planned workflow in PostgreSQL: stored once under
+// its key, ended as planned (none left running), and no attempt of a step started
+// before every one of its dependencies' tasks was done (its succeeded attempt's
+// finished_at, on the database clock).
+func (h *harness) verifyWorkflows(wfs []wfSpec, l *wfLedger, byID map[string]dbTask, byTask map[string][]dbAttempt, rep *report) {
+	stored := h.loadWorkflows()
+	byKey := map[string][]*dbWorkflow{}
+	for _, w := range stored {
+		if w.Key != nil {
+			byKey[*w.Key] = append(byKey[*w.Key], w)
+		}
+	}
+	doneAt := func(task string) (time.Time, bool) {
+		if byID[task].Status != "done" {
+			return time.Time{}, false
+		}
+		hist := byTask[task]
+		if len(hist) == 0 || hist[len(hist)-1].Finished == nil {
+			return time.Time{}, false
+		}
+		return *hist[len(hist)-1].Finished, true
+	}
+	var notOne, running, wrongEnd, order []string
+	ends := map[string]int{}
+	steps := 0
+	for _, spec := range wfs {
+		ws := byKey[spec.Key]
+		if len(ws) != 1 {
+			notOne = append(notOne, fmt.Sprintf("%s → %d workflows", spec.Key, len(ws)))
+			continue
+		}
+		w := ws[0]
+		ends[w.Status]++
+		if w.Status == "running" {
+			running = append(running, fmt.Sprintf("%s (%s)", w.ID, spec.Key))
+		} else if w.Status != spec.Expect {
+			wrongEnd = append(wrongEnd, fmt.Sprintf("%s %s: %s, want %s (dies: %q)", w.ID, spec.Shape, w.Status, spec.Expect, spec.Dies))
+		}
+		for name, s := range w.Steps {
+			steps++
+			hist := byTask[s.TaskID]
+			if spec.Expect == "succeeded" && byID[s.TaskID].Status != "done" {
+				wrongEnd = append(wrongEnd, fmt.Sprintf("%s step %s: task %s %s in a workflow that must succeed",
+					w.ID, name, s.TaskID, byID[s.TaskID].Status))
+			}
+			for _, dep := range s.DependsOn {
+				at, done := doneAt(w.Steps[dep].TaskID)
+				for _, a := range hist {
+					switch {
+					case !done:
+						order = append(order, fmt.Sprintf("%s step %s attempt %d started %s; dependency %s never done",
+							w.ID, name, a.N, a.Started.Format("15:04:05.000"), dep))
+					case a.Started.Before(at):
+						order = append(order, fmt.Sprintf("%s step %s attempt %d started %s before dependency %s was done at %s",
+							w.ID, name, a.N, a.Started.Format("15:04:05.000"), dep, at.Format("15:04:05.000")))
+					}
+				}
+			}
+		}
+		if spec.Dies != "" {
+			if t := byID[w.Steps[spec.Dies].TaskID]; t.Status != "dead" {
+				wrongEnd = append(wrongEnd, fmt.Sprintf("%s step %s planned to die: %s", w.ID, spec.Dies, t.Status))
+			}
+		}
+	}
+	var missing []string
+	for _, spec := range wfs {
+		if _, ok := l.ids[spec.Key]; !ok {
+			missing = append(missing, spec.Key)
+		}
+	}
+	rep.add("workflows not stored exactly once under their key", len(notOne), notOne)
+	rep.add("workflows left running once their steps were terminal", len(running), running)
+	rep.add("workflows (or steps) ending other than planned", len(wrongEnd), wrongEnd)
+	rep.add("step attempts started before a dependency was done (workflow order)", len(order), order)
+	rep.add("workflow submissions without a 2xx answer, or with a 4xx", len(missing)+len(l.problems), append(missing, l.problems...))
+	rep.info("workflows submitted", len(wfs))
+	rep.info("workflow steps", steps)
+	rep.info("workflows succeeded", ends["succeeded"])
+	rep.info("workflows failed (a planned step died)", ends["failed"])
+	rep.info("workflow submissions that failed (5xx or cut off) and were retried", l.failed)
+}
