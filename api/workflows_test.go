@@ -389,8 +389,9 @@ func BenchmarkWorkflowUnblockLatency(b *testing.B) {
 						parent = s.Poll("p", []string{"q"}, 1, 5000)
 					}
 				}
-				got := make(chan time.Time, 1)
+				got, acked := make(chan time.Time, 1), make(chan struct{})
 				go func() {
+					defer close(acked)
 					for {
 						if p := s.Poll("c", []string{"q"}, 1, 10000); len(p) == 1 {
 							got <- time.Now()
@@ -408,6 +409,7 @@ func BenchmarkWorkflowUnblockLatency(b *testing.B) {
 					s.Must(201, "POST", "/queues/q/tasks", map[string]any{"payload": 1})
 				}
 				lat = append(lat, (<-got).Sub(start))
+				<-acked // the server must outlive the last ack
 			}
 			slices.Sort(lat)
 			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
