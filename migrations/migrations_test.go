@@ -12,15 +12,11 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestConcurrentApplyRunsEachMigrationOnce(t *testing.T) {
-	t.Parallel()
+// applyConcurrently runs migrations.Apply from replicas pools at once against url
+// and returns how many migrations they applied in all.
+func applyConcurrently(t *testing.T, url string, replicas int) int {
+	t.Helper()
 	ctx := context.Background()
-	url := testenv.NewDatabase(t)
-	all, err := migrations.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const replicas = 4
 	applied := make([][]int, replicas)
 	errs := make([]error, replicas)
 	var wg sync.WaitGroup
@@ -45,8 +41,19 @@ func TestConcurrentApplyRunsEachMigrationOnce(t *testing.T) {
 		}
 		total += len(applied[i])
 	}
-	if total != len(all) {
-		t.Fatalf("%d migrations applied across %d concurrent replicas, want %d (each once)", total, replicas, len(all))
+	return total
+}
+
+func TestConcurrentApplyRunsEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.NewDatabase(t)
+	all, err := migrations.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total := applyConcurrently(t, url, 4); total != len(all) {
+		t.Fatalf("%d migrations applied across 4 concurrent replicas, want %d (each once)", total, len(all))
 	}
 	pool, err := storage.Connect(ctx, url, 2)
 	if err != nil {
@@ -88,33 +95,8 @@ func TestApplyThroughPgBouncer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const replicas = 3
-	applied := make([][]int, replicas)
-	errs := make([]error, replicas)
-	var wg sync.WaitGroup
-	for i := 0; i < replicas; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pool, err := storage.Connect(ctx, bouncer.URL, 2)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer pool.Close()
-			applied[i], errs[i] = migrations.Apply(ctx, pool)
-		}()
-	}
-	wg.Wait()
-	total := 0
-	for i := range applied {
-		if errs[i] != nil {
-			t.Fatalf("replica %d: %v", i, errs[i])
-		}
-		total += len(applied[i])
-	}
-	if total != len(all) {
-		t.Fatalf("%d migrations applied across %d replicas behind PgBouncer, want %d (each once)", total, replicas, len(all))
+	if total := applyConcurrently(t, bouncer.URL, 3); total != len(all) {
+		t.Fatalf("%d migrations applied across 3 replicas behind PgBouncer, want %d (each once)", total, len(all))
 	}
 	direct, err := storage.Connect(ctx, url, 1)
 	if err != nil {
