@@ -76,11 +76,14 @@ bench-e2e: build ## End-to-end benchmarks E1, E2, latency, E5, E6; table on stdo
 CHAOS_TASKS    ?= 100000
 CHAOS_DURATION ?= 60m
 CHAOS_REPORT   ?=
+# Each of the eight workers runs this many tasks at once (the bounded run: 4).
+CHAOS_WORKER_CONCURRENCY ?= 8
 
 .PHONY: chaos
 
 chaos: ## Long fault-injection run: CHAOS_TASKS tasks under CHAOS_DURATION of seeded faults; prints every figure
 	TASKFORGE_CHAOS_TASKS=$(CHAOS_TASKS) TASKFORGE_CHAOS_DURATION=$(CHAOS_DURATION) TASKFORGE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	  TASKFORGE_CHAOS_WORKER_CONCURRENCY=$(CHAOS_WORKER_CONCURRENCY) \
 	  $(GO) test -count=1 -timeout 90m -v -run '^TestChaosLosesNothing$$' ./chaos
 
 # Fuzz the request decoders and the buffer's score / pop arguments, FUZZTIME each
