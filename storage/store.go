@@ -28,6 +28,9 @@ const StatsWindow = time.Minute
 type Store struct {
 	pool   *pgxpool.Pool
 	sealer *sealer.Sealer // nil: payloads, results and error texts are stored in clear
+	// bulkDuty is the share of its time a bulk operation spends in batches, in
+	// (0, 1]: DefaultBulkDuty unless WithBulkDuty says otherwise.
+	bulkDuty float64
 }
 
 // Option configures a Store.
@@ -37,10 +40,26 @@ type Option func(*Store)
 // write and opened after every read, so callers only ever see plain JSON.
 func WithSealer(x *sealer.Sealer) Option { return func(s *Store) { s.sealer = x } }
 
+// DefaultBulkDuty is the share of its time a bulk cancel or discard spends
+// writing batches; it rests the remainder (see WithBulkDuty).
+const DefaultBulkDuty = 0.5
+
+// WithBulkDuty makes bulk cancels and discards spend at most duty of their time
+// writing batches (0 < duty ≤ 1; 1 writes them back to back) and rest the
+// remainder, so that the WAL they write leaves room for other queues' commits. Out
+// of range values are the default.
+func WithBulkDuty(duty float64) Option {
+	return func(s *Store) {
+		if duty > 0 && duty <= 1 {
+			s.bulkDuty = duty
+		}
+	}
+}
+
 // New returns a Store on pool. The pool should be opened with Connect (or have
 // ConfigureConn applied) so that times come back in UTC.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, bulkDuty: DefaultBulkDuty}
 	for _, o := range opts {
 		o(s)
 	}
