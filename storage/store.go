@@ -27,7 +27,7 @@ const StatsWindow = time.Minute
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool   *pgxpool.Pool
-	sealer *sealer.Sealer // nil: payloads, results and error texts are stored in clear
+	sealer *sealer.Sealer   // nil: payloads, results and error texts are stored in clear
 	clock  func() time.Time // nil: the database's now() (see WithClock)
 }
 
