@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,8 @@ import (
 
 // The helpers of the transition tests: a store on its own database whose lease and
 // due-time statements run on a clock the test sets (storage.WithClock), so that a
-// lease expires or a retry falls due when the test says, never after a sleep.
+// lease expires or a retry falls due when the test says, never after a sleep
+// (testenv.Clock).
 
 // t0 is where every test clock starts. Tasks are enqueued due a second earlier.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -29,43 +29,19 @@ const (
 	backoff = time.Second
 )
 
-// clock is a settable time source for storage.WithClock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *clock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
-
 // rig is one test's store, on its own database, with its clock at t0 and one queue
 // "q" (retry delay exactly backoff).
 type rig struct {
 	t     *testing.T
 	s     *storage.Store
-	clock *clock
+	clock *testenv.Clock
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	c := &clock{now: t0}
-	s := storage.New(testenv.NewStore(t).Pool(), storage.WithClock(c.Now))
+	c := &testenv.Clock{}
+	c.Set(t0)
+	s := testenv.Clocked(testenv.NewStore(t), c)
 	if _, err := s.CreateQueue(context.Background(), storage.Queue{Name: "q", MaxRetries: 3,
 		BackoffBaseMs: backoff.Milliseconds(), BackoffMaxMs: backoff.Milliseconds()}); err != nil {
 		t.Fatal(err)
