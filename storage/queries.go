@@ -180,9 +180,9 @@ const recountQueue = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP 
 
 // dispatchDue moves up to $2 due tasks of a queue from pending/retry to claimed, in
 // buffer order: by eligible time plus $3 ms per priority level (strict priority when
-// $3 is huge), at time $4 (NULL: now()). It reads the head of each priority level through tasks_dispatch_idx
-// and merges them, so its cost does not grow with the backlog. SKIP LOCKED lets
-// several dispatchers work the same queue.
+// $3 is huge), at time $4 (NULL: now()). It reads the head of each priority level
+// through tasks_dispatch_idx and merges them, so its cost does not grow with the
+// backlog. SKIP LOCKED lets several dispatchers work the same queue.
 const dispatchDue = `WITH due AS (
 	SELECT head.id, head.status FROM generate_series(1, 10) AS level(priority)
 	CROSS JOIN LATERAL (
@@ -261,9 +261,9 @@ GROUP BY q.name`
 
 // claimTasks turns buffered ids that are still 'claimed' into executing tasks, each
 // for the worker given with it ($1 ids, $2 worker ids), with a fresh lease of $3 ms
-// from $4 (NULL: now()), and
-// records each new attempt, in one statement. Ids no longer claimable (cancelled,
-// already taken by another replica) are skipped; an id given twice is claimed once.
+// from $4 (NULL: now()), and records each new attempt, in one statement. Ids no
+// longer claimable (cancelled, already taken by another replica) are skipped; an id
+// given twice is claimed once.
 const claimTasks = `WITH input AS (
 	SELECT DISTINCT ON (id) id, worker FROM unnest($1::uuid[], $2::text[]) AS i(id, worker)
 ), claimed AS (
@@ -322,8 +322,8 @@ ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
 // ackTasks acks a batch: each input row (task, token, worker, result) whose lease is
 // held marks its task done and its attempt succeeded. Rows whose lease is not held
 // change nothing and are simply absent from the result; $5 is the time (NULL:
-// now()). The dependents of workflow
-// steps it finishes are unblocked in the same statement (stepsDone).
+// now()). The dependents of workflow steps it finishes are unblocked in the same
+// statement (stepsDone).
 var ackTasks = `WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
 ), ` + workflowLockForIDs + `, acked AS (
