@@ -29,24 +29,38 @@ const (
 	backoff = time.Second
 )
 
-// rig is one test's store, on its own database, with its clock at t0 and one queue
-// "q" (retry delay exactly backoff).
+// rig is one case's store, with its clock at t0, on its test's database (caseDB),
+// which holds one queue "q" (retry delay exactly backoff) and no task but the case's.
 type rig struct {
 	t     *testing.T
 	s     *storage.Store
 	clock *testenv.Clock
 }
 
-func newRig(t *testing.T) *rig {
+// caseDB returns a database for the cases of one test, which run one after the
+// other: each deletes its tasks when it ends, so that the next one's reclaim and
+// dispatch see only its own.
+func caseDB(t *testing.T) *storage.Store {
 	t.Helper()
-	c := &testenv.Clock{}
-	c.Set(t0)
-	s := testenv.Clocked(testenv.NewStore(t), c)
+	s := testenv.NewStore(t)
 	if _, err := s.CreateQueue(context.Background(), storage.Queue{Name: "q", MaxRetries: 3,
 		BackoffBaseMs: backoff.Milliseconds(), BackoffMaxMs: backoff.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
-	return &rig{t: t, s: s, clock: c}
+	return s
+}
+
+// newRig starts a case on db (from caseDB).
+func newRig(t *testing.T, db *storage.Store) *rig {
+	t.Helper()
+	c := &testenv.Clock{}
+	c.Set(t0)
+	t.Cleanup(func() {
+		if _, err := db.Pool().Exec(context.Background(), `DELETE FROM tasks`); err != nil {
+			t.Errorf("delete the case's tasks: %v", err)
+		}
+	})
+	return &rig{t: t, s: testenv.Clocked(db, c), clock: c}
 }
 
 // enqueue adds a task due at t0 - 1s with the given budget and timeout (0: none).

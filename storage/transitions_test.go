@@ -22,6 +22,8 @@ func ptr[T any](v T) *T { return &v }
 // TestAckTransitions: an ack counts only under the task's current, unexpired lease,
 // held by the worker that claimed it; a rejected ack changes nothing.
 func TestAckTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name string
 		// prepare moves the clock or the task and returns the ack to send.
@@ -66,8 +68,7 @@ func TestAckTransitions(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task := r.start(3, 0)
 			item := tc.prepare(r, task)
 			before, beforeAttempts := r.get(task.ID)
@@ -111,6 +112,8 @@ func ackOf(task storage.Task) storage.AckItem {
 // one's ack is the one applied. (The group commit above it then answers the first
 // of duplicate items and rejects the others.)
 func TestAckManyDuplicates(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name   string
 		batch  func(r *rig, task storage.Task) (storage.Task, []storage.AckItem)
@@ -133,8 +136,7 @@ func TestAckManyDuplicates(t *testing.T) {
 		}, `{"current": true}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task, items := tc.batch(r, r.start(3, 0))
 			other := r.start(3, 0) // a second task in the same batch, acked normally
 			items = append(items, ackOf(other))
@@ -173,6 +175,8 @@ func TestAckManyDuplicates(t *testing.T) {
 // not retryable) or cancelled (cancel requested); a nack without the lease changes
 // nothing.
 func TestNackTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name       string
 		maxRetries int
@@ -230,8 +234,7 @@ func TestNackTransitions(t *testing.T) {
 		}, "", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task, n := tc.prepare(r, r.start(tc.maxRetries, 0))
 			before, beforeAttempts := r.get(task.ID)
 
@@ -309,6 +312,8 @@ func (r *rig) wantDueAt(id uuid.UUID, due time.Time) {
 // snoozed exactly now + the delay; a cancel request cancels it instead; a release
 // without the lease changes nothing.
 func TestReleaseTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name    string
 		prepare func(r *rig, task storage.Task) storage.Release
@@ -337,8 +342,7 @@ func TestReleaseTransitions(t *testing.T) {
 		}, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task := r.start(3, 0)
 			rel := tc.prepare(r, task)
 			before, beforeAttempts := r.get(task.ID)
@@ -383,10 +387,11 @@ func TestReleaseTransitions(t *testing.T) {
 // fourth time, and acks); its one failure then is the last (dead), whether a nack
 // or an expired lease says so.
 func TestReleasesKeepTheBudget(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, end := range []string{"ack", "nack", "expire"} {
 		t.Run(end, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task := r.start(0, 0)
 			for i := range 3 {
 				if _, err := r.s.Release(context.Background(), releaseOf(task, nil)); err != nil {
@@ -434,6 +439,8 @@ func TestReleasesKeepTheBudget(t *testing.T) {
 // now + the lease, never past the attempt's deadline, and reports a cancel request;
 // without the lease it changes nothing. Heartbeat and HeartbeatMany agree.
 func TestHeartbeatTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name    string
 		timeout int // the task's timeout_seconds (0: none)
@@ -470,8 +477,7 @@ func TestHeartbeatTransitions(t *testing.T) {
 				name = tc.name + "/HeartbeatMany"
 			}
 			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				r := newRig(t)
+				r := newRig(t, db)
 				task := tc.prepare(r, r.start(3, tc.timeout))
 				before, beforeAttempts := r.get(task.ID)
 
@@ -516,6 +522,8 @@ func TestHeartbeatTransitions(t *testing.T) {
 // passed) into retry due now + the backoff, dead past the budget, cancelled when a
 // cancel was requested.
 func TestReclaimTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	for _, tc := range []struct {
 		name       string
 		maxRetries int
@@ -550,8 +558,7 @@ func TestReclaimTransitions(t *testing.T) {
 		}, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			task := r.start(tc.maxRetries, tc.timeout)
 			tc.prepare(r, task)
 			before, beforeAttempts := r.get(task.ID)
@@ -597,6 +604,8 @@ func TestReclaimTransitions(t *testing.T) {
 // executing one (cancel_requested) for its worker, whose next call ends it
 // cancelled; a finished task is not cancellable.
 func TestCancelTransitions(t *testing.T) {
+	t.Parallel()
+	db := caseDB(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -629,8 +638,7 @@ func TestCancelTransitions(t *testing.T) {
 		}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t)
+			r := newRig(t, db)
 			id := tc.prepare(r)
 			c, err := r.s.CancelTask(ctx, "q", id)
 			if tc.status == "" {
@@ -668,8 +676,9 @@ func TestCancelTransitions(t *testing.T) {
 // attempt's deadline; an id given twice is claimed once, and a task not in the
 // buffer is not claimed.
 func TestClaimLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	r := newRig(t)
+	r := newRig(t, caseDB(t))
 	short := r.enqueue(3, 10)
 	long := r.enqueue(3, 0)
 	r.clock.Advance(3 * time.Second)
