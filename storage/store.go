@@ -27,7 +27,8 @@ const StatsWindow = time.Minute
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool   *pgxpool.Pool
-	sealer *sealer.Sealer // nil: payloads, results and error texts are stored in clear
+	sealer *sealer.Sealer   // nil: payloads, results and error texts are stored in clear
+	clock  func() time.Time // nil: the database's now() (see WithClock)
 	// bulkDuty is the share of its time a bulk operation spends in batches, in
 	// (0, 1]: DefaultBulkDuty unless WithBulkDuty says otherwise.
 	bulkDuty float64
@@ -55,6 +56,16 @@ func WithBulkDuty(duty float64) Option {
 		}
 	}
 }
+
+// WithClock makes now() the time the statements that compute or compare lease
+// expiries and due times run at (claim, heartbeat, ack, nack, release, reclaim,
+// dispatch, the sweep and the repair pass), instead of the database's now(), so
+// that a test sets the clock rather than sleeping until a lease expires or a
+// retry is due. A zero time from now means the database's now() for that call.
+// Production stores leave it unset. Statements that only say how long to wait
+// (NextDue, NewlyDue, NextLeaseExpiry) and Now keep the database clock: they feed
+// wall-clock timers.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.clock = now } }
 
 // New returns a Store on pool. The pool should be opened with Connect (or have
 // ConfigureConn applied) so that times come back in UTC.
@@ -226,6 +237,16 @@ func one[T any](rows pgx.Rows, err error, notFound error) (T, error) {
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// now is the time argument of the statements that take one: the clock's time, or
+// nil (SQL NULL, which they read as the database's now()) without a clock or when
+// it reads zero.
+func (s *Store) now() *time.Time {
+	if s.clock == nil {
+		return nil
+	}
+	return optional(s.clock())
+}
 
 // optional returns nil for the zero value, so it binds as SQL NULL.
 func optional[T comparable](v T) *T {
