@@ -1,9 +1,9 @@
 // Package dispatcher mirrors due work from PostgreSQL into the Redis buffer.
 //
-// It moves due pending and retry tasks to 'claimed' in batches (FOR UPDATE SKIP
-// LOCKED, so any number of replicas can run it) and adds their ids to the queue's
-// sorted set. It keeps each buffer topped up to a target size rather than mirroring
-// the whole backlog, and its repair pass re-adds claimed tasks whose buffer entry
+// It moves due pending and retry tasks to buffered (status 'claimed') in batches
+// (FOR UPDATE SKIP LOCKED, so any number of replicas can run it) and adds their ids
+// to the queue's sorted set. It keeps each buffer topped up to a target size rather
+// than mirroring the whole backlog, and its repair pass re-adds buffered tasks whose buffer entry
 // was lost (Redis restart, FLUSHALL, a crash between commit and ZADD).
 //
 // Its costs follow the work, not the number of queues: a wake-up for queue q (a
@@ -415,14 +415,14 @@ func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int,
 		return 0, err
 	}
 	for _, t := range tasks {
-		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusClaimed})
+		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusBuffered})
 		d.cfg.Telemetry.TaskSpan("taskforge.dispatch", t.Traceparent,
 			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
 	}
 	if len(tasks) > 0 {
 		crashpoint.Hit(crashpoint.AfterDispatchCommit)
 	}
-	// Committed as claimed: if this ZADD fails or we crash now, the repair pass re-adds them.
+	// Committed as buffered: if this ZADD fails or we crash now, the repair pass re-adds them.
 	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {
 		return len(tasks), err
 	}
@@ -448,7 +448,7 @@ func (d *Dispatcher) RepairStep(ctx context.Context) (int, error) {
 	return d.repairBuffered(ctx, 1)
 }
 
-// RepairOnce re-adds claimed tasks whose buffer entries are missing, checking every
+// RepairOnce re-adds buffered tasks whose buffer entries are missing, checking every
 // buffered task of every queue a page at a time, and rebuilds the concurrency slots
 // of capped queues from PostgreSQL. It returns how many entries it re-added. A
 // re-added id that a poller popped meanwhile is harmless: its second claim finds it

@@ -13,7 +13,7 @@ import (
 	"github.com/taskforge/taskforge/sealer"
 )
 
-// DispatchDue moves up to limit due pending or retry tasks of queue to claimed, best
+// DispatchDue moves up to limit due pending or retry tasks of queue to buffered, best
 // first, and returns them for mirroring into the buffer. Each priority level below
 // the first weighs levelWeightMs of eligible time (see buffer.LevelWeightMs).
 func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelWeightMs int64) ([]Buffered, error) {
