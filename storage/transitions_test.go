@@ -620,7 +620,7 @@ func TestCancelTransitions(t *testing.T) {
 				r.t.Fatal(err)
 			}
 			return id
-		}, storage.StatusCancelled, storage.StatusClaimed},
+		}, storage.StatusCancelled, storage.StatusBuffered},
 		{"retry", func(r *rig) uuid.UUID {
 			task := r.start(3, 0)
 			if _, err := r.s.Nack(ctx, nackOf(task, true)); err != nil {
