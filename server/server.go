@@ -266,11 +266,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	// Fires ticks through the lifecycle, as a manual trigger does.
+	s.Scheduler = scheduler.New(s.Store, s.Lifecycle, scheduler.Config{}, log.With("component", "scheduler"))
 	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
-		Audit: audits.Middleware(),
+		Audit: audits.Middleware(), Scheduler: s.Scheduler,
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
@@ -282,8 +284,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Handler = s.API.Handler()
 	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
-	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
-	s.API.OnScheduleChange = s.Scheduler.Wake
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
