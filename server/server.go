@@ -257,15 +257,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
 			"dispatch_interval", cfg.DispatchInterval)
 	}
-	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
-		ListenConnConfig: listenConn, NoListen: noListen},
-		log.With("component", "dispatcher"))
-	// Every task transition, whoever asks for it (API, watchdog, pushers), with the
-	// dispatcher told of the work it leaves.
-	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, s.Dispatcher, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
+	// The dispatcher's wake-ups come first: the lifecycle posts to them, and the
+	// dispatcher, built on both, dispatches through the lifecycle.
+	wakes := dispatcher.NewWakes()
+	// Every task transition, whoever asks for it (API, dispatcher, watchdog,
+	// scheduler, pushers), with the dispatcher told of the work it leaves.
+	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, wakes, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, s.Lifecycle, wakes, dispatcher.Config{Interval: cfg.DispatchInterval,
+		ListenConnConfig: listenConn, NoListen: noListen},
+		log.With("component", "dispatcher"))
 	// Fires ticks through the lifecycle, as a manual trigger does.
 	s.Scheduler = scheduler.New(s.Store, s.Lifecycle, scheduler.Config{}, log.With("component", "scheduler"))
 	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
