@@ -23,7 +23,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -267,28 +266,21 @@ func (d *Dispatcher) listen(ctx context.Context) {
 }
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
-	cfg := d.cfg.ListenConnConfig
-	if cfg == nil {
-		cfg = d.store.Pool().Config().ConnConfig
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	l, err := d.store.ListenDue(ctx, d.cfg.ListenConnConfig)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+storage.DueChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
+	defer l.Close(context.WithoutCancel(ctx))
 	d.WakeAll() // anything enqueued while we were not listening
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		queue, err := l.Next(ctx)
 		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+			return err
 		}
-		if n.Payload == "" {
+		if queue == "" {
 			d.WakeAll()
 		} else {
-			d.Wake(n.Payload) // the queue that has new work
+			d.Wake(queue) // the queue that has new work
 		}
 	}
 }
