@@ -7,8 +7,10 @@ ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
-# Modules first, so that a source change does not download them again.
+# Modules first, so that a source change does not download them again. The Go
+# SDK (client/) is a module of its own that go.mod replaces with this copy.
 COPY go.mod go.sum ./
+COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ENV CGO_ENABLED=0

@@ -22,12 +22,14 @@ run: build ## Start TaskForge with embedded PostgreSQL and Redis, a demo worker 
 
 test: ## Run the whole suite against real PostgreSQL and Redis (local ones, or throwaway)
 	$(GO) test $(TEST_FLAGS) ./...
+	cd client && $(GO) test $(TEST_FLAGS) ./...
 
 lint: ## gofmt, go vet and staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd client && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd internal/bench/peers && $(GO) vet ./...
 
 openapi: ## Check that api/openapi.yaml is valid OpenAPI 3.1 (no database needed; `make test` also checks routes and traffic against it)
@@ -76,11 +78,14 @@ bench-e2e: build ## End-to-end benchmarks E1, E2, latency, E5, E6; table on stdo
 CHAOS_TASKS    ?= 100000
 CHAOS_DURATION ?= 60m
 CHAOS_REPORT   ?=
+# Each of the eight workers runs this many tasks at once (the bounded run: 4).
+CHAOS_WORKER_CONCURRENCY ?= 8
 
 .PHONY: chaos
 
 chaos: ## Long fault-injection run: CHAOS_TASKS tasks under CHAOS_DURATION of seeded faults; prints every figure
 	TASKFORGE_CHAOS_TASKS=$(CHAOS_TASKS) TASKFORGE_CHAOS_DURATION=$(CHAOS_DURATION) TASKFORGE_CHAOS_REPORT=$(CHAOS_REPORT) \
+	  TASKFORGE_CHAOS_WORKER_CONCURRENCY=$(CHAOS_WORKER_CONCURRENCY) \
 	  $(GO) test -count=1 -timeout 90m -v -run '^TestChaosLosesNothing$$' ./chaos
 
 # Fuzz the request decoders and the buffer's score / pop arguments, FUZZTIME each

@@ -2,6 +2,11 @@ module github.com/taskforge/taskforge
 
 go 1.26.8
 
+// The Go SDK is a module of its own (client/go.mod), so that importing it pulls
+// none of the server's dependencies; the server, its commands and the SDK's tests
+// (internal/clienttest) build against the copy in this repository.
+replace github.com/taskforge/taskforge/client => ./client
+
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/chromedp/cdproto v0.159.0
@@ -19,6 +24,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	github.com/taskforge/taskforge/client v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

@@ -8,8 +8,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/internal/lifecycle"
-	"github.com/taskforge/taskforge/storage"
 )
 
 // MaxTaskWait bounds wait_ms of GET /queues/:name/tasks/:id.
@@ -35,16 +35,13 @@ func taskWait(c *gin.Context) (time.Duration, error) {
 // go unheard), and once when woken or when the wait ends. While parked it costs
 // PostgreSQL nothing.
 func (s *Server) awaitTask(c *gin.Context, queue string, id uuid.UUID, wait time.Duration) {
-	read := func() (taskWithHistory, bool) {
+	read := func() (wire.Task, bool) {
 		t, attempts, err := s.store.GetTask(c, queue, id)
 		if err != nil {
 			s.fail(c, err)
-			return taskWithHistory{}, false
+			return wire.Task{}, false
 		}
-		if attempts == nil {
-			attempts = []storage.Attempt{}
-		}
-		return taskWithHistory{Task: t, AttemptHistory: attempts}, true
+		return taskWithHistory(t, attempts), true
 	}
 	t, ok := read()
 	if !ok {

@@ -18,7 +18,7 @@ const StatusBlocked = "blocked"
 // cancels: pending includes claimed, which is a pending task mirrored into the
 // Redis buffer.
 var bulkStatuses = map[string][]string{
-	storage.StatusPending: {storage.StatusPending, storage.StatusClaimed},
+	storage.StatusPending: {storage.StatusPending, storage.StatusBuffered},
 	storage.StatusRetry:   {storage.StatusRetry},
 	StatusBlocked:         {StatusBlocked},
 }

@@ -103,7 +103,7 @@ func TestBulkCancelWorksInBatchesWhileOtherQueuesRun(t *testing.T) {
 		took  time.Duration
 	}
 	var cycles []cycle
-	var failures atomic.Int64
+	var failures, cycled atomic.Int64
 	worked := make(chan struct{})
 	go func() {
 		defer close(worked)
@@ -125,9 +125,16 @@ func TestBulkCancelWorksInBatchesWhileOtherQueuesRun(t *testing.T) {
 				failures.Add(1)
 			}
 			cycles = append(cycles, cycle{start, time.Since(start)})
+			cycled.Add(1)
 		}
 	}()
-	time.Sleep(200 * time.Millisecond) // a few cycles before the cancel, for comparison
+	// A few cycles before the cancel and a few after it, for comparison.
+	cyclesAfter := func(n int64, when string) {
+		t.Helper()
+		testserver.Eventually(t, 30*time.Second, fmt.Sprintf("%d worker cycles %s the cancel", n, when),
+			func() bool { return cycled.Load() >= n })
+	}
+	cyclesAfter(3, "before")
 
 	start := time.Now()
 	var out struct {
@@ -136,7 +143,7 @@ func TestBulkCancelWorksInBatchesWhileOtherQueuesRun(t *testing.T) {
 	}
 	s.Must(200, "POST", "/queues/big/tasks/cancel", map[string]any{"status": "pending"}).JSON(t, &out)
 	took := time.Since(start)
-	time.Sleep(200 * time.Millisecond)
+	cyclesAfter(cycled.Load()+3, "after")
 	stop()
 	<-worked
 

@@ -7,12 +7,14 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/storage"
 )
 
-// deadTask is a task as the dead-letter listing shows it.
+// deadTask is a task as the dead-letter listing shows it. Its DiedAt hides
+// wire.Task's, which is omitted when nil: died_at is required here, null or not.
 type deadTask struct {
-	storage.Task
+	wire.Task
 	DiedAt *time.Time `json:"died_at"`
 }
 
@@ -34,7 +36,7 @@ func (s *Server) listDead(c *gin.Context) {
 	}
 	out := make([]deadTask, len(tasks))
 	for i, t := range tasks {
-		out[i] = deadTask{Task: t, DiedAt: t.FinishedAt}
+		out[i] = deadTask{Task: taskView(t), DiedAt: t.FinishedAt}
 	}
 	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
 }
@@ -51,7 +53,7 @@ func (s *Server) replayOne(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, tasks[0])
+	c.JSON(http.StatusCreated, taskView(tasks[0]))
 }
 
 // deadSelection names dead tasks for a bulk replay or discard: some ids, or all.
@@ -88,7 +90,7 @@ func (s *Server) replayMany(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"replayed": tasks})
+	c.JSON(http.StatusOK, gin.H{"replayed": taskViews(tasks)})
 }
 
 func (s *Server) discardDead(c *gin.Context) {

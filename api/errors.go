@@ -54,12 +54,6 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-// errorDetail is the inside of an error body.
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 type errorBody struct {
 	Error errorDetail `json:"error"`
 }

@@ -1,12 +1,12 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -17,31 +17,12 @@ const maxHeartbeatBatch = 1000
 // heartbeatBatchBodyLimit fits maxHeartbeatBatch items with room to spare.
 const heartbeatBatchBodyLimit = 256 << 10
 
-type heartbeatBatchRequest struct {
-	WorkerID string               `json:"worker_id"`
-	Leases   []heartbeatBatchItem `json:"leases"`
-}
-
-type heartbeatBatchItem struct {
-	TaskID     *uuid.UUID `json:"task_id"`
-	LeaseToken *uuid.UUID `json:"lease_token"`
-}
-
-// heartbeatResult is one lease of a batch heartbeat's answer: the extended lease,
-// or the error the single heartbeat would have returned.
-type heartbeatResult struct {
-	TaskID          uuid.UUID    `json:"task_id"`
-	LeaseExpiresAt  *time.Time   `json:"lease_expires_at,omitempty"`
-	CancelRequested *bool        `json:"cancel_requested,omitempty"`
-	Error           *errorDetail `json:"error,omitempty"`
-}
-
 // heartbeatBatch extends every lease a worker holds in one request and one
 // statement: what a worker with many tasks in hand sends once per interval instead
 // of one heartbeat per task. Each lease is extended or refused (lease_lost) on its
 // own; the answer lists them in the order sent.
 func (s *Server) heartbeatBatch(c *gin.Context) {
-	var req heartbeatBatchRequest
+	var req wire.HeartbeatBatchRequest
 	if err := decode(c, heartbeatBatchBodyLimit, &req); err != nil {
 		s.fail(c, err)
 		return
@@ -56,11 +37,12 @@ func (s *Server) heartbeatBatch(c *gin.Context) {
 	}
 	refs := make([]storage.LeaseRef, len(req.Leases))
 	for i, l := range req.Leases {
-		if l.TaskID == nil || l.LeaseToken == nil {
-			s.fail(c, invalid("leases[%d]: task_id and lease_token are required", i))
+		id, token, err := parseLease(fmt.Sprintf("leases[%d]", i), l.TaskID, l.LeaseToken)
+		if err != nil {
+			s.fail(c, err)
 			return
 		}
-		refs[i] = storage.LeaseRef{TaskID: *l.TaskID, LeaseToken: *l.LeaseToken}
+		refs[i] = storage.LeaseRef{TaskID: id, LeaseToken: token}
 	}
 	held, err := s.store.HeartbeatMany(c, req.WorkerID, refs, s.cfg.LeaseTimeout)
 	if err != nil {
@@ -69,9 +51,9 @@ func (s *Server) heartbeatBatch(c *gin.Context) {
 	}
 	s.recordWorker(c, req.WorkerID, nil)
 	lost := toAPIError(storage.ErrLeaseLost)
-	out := make([]heartbeatResult, len(refs))
+	out := make([]wire.LeaseResult, len(refs))
 	for i, r := range refs {
-		out[i].TaskID = r.TaskID
+		out[i].TaskID = r.TaskID.String()
 		l, ok := held[r.TaskID]
 		if !ok {
 			out[i].Error = &errorDetail{Code: lost.Code, Message: lost.Message}
@@ -79,5 +61,5 @@ func (s *Server) heartbeatBatch(c *gin.Context) {
 		}
 		out[i].LeaseExpiresAt, out[i].CancelRequested = &l.ExpiresAt, &l.CancelRequested
 	}
-	c.JSON(http.StatusOK, gin.H{"leases": out})
+	c.JSON(http.StatusOK, wire.HeartbeatBatchResponse{Leases: out})
 }

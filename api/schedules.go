@@ -211,5 +211,5 @@ func (s *Server) triggerSchedule(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, task)
+	c.JSON(http.StatusCreated, taskView(task))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
 )
@@ -136,7 +137,7 @@ func (s *Server) enqueue(c *gin.Context) {
 	if !out[0].Created {
 		status = http.StatusOK
 	}
-	c.JSON(status, out[0].Task)
+	c.JSON(status, taskView(out[0].Task))
 }
 
 func (s *Server) enqueueBatch(c *gin.Context) {
@@ -167,9 +168,9 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	views := make([]storage.Task, len(out))
+	views := make([]wire.Task, len(out))
 	for i, e := range out {
-		views[i] = e.Task
+		views[i] = taskView(e.Task)
 	}
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
 }
@@ -178,12 +179,6 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 // producer's trace (the request's traceparent header).
 func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
 	return s.lc.Enqueue(telemetry.FromHeader(c, c.GetHeader("traceparent")), queue, tasks)
-}
-
-// taskWithHistory is a task as GET /queues/:name/tasks/:id shows it.
-type taskWithHistory struct {
-	storage.Task
-	AttemptHistory []storage.Attempt `json:"attempt_history"`
 }
 
 func (s *Server) getTask(c *gin.Context) {
@@ -306,7 +301,7 @@ func (s *Server) listTasks(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": tasks, "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"tasks": taskViews(tasks), "next_cursor": encodeCursor(next)})
 }
 
 // cmpErr returns err when set, else fallback.
@@ -339,8 +334,8 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.Status == storage.StatusExecuting {
-		c.JSON(http.StatusAccepted, t.Task) // the worker hears of it on its next heartbeat
+		c.JSON(http.StatusAccepted, taskView(t.Task)) // the worker hears of it on its next heartbeat
 		return
 	}
-	c.JSON(http.StatusOK, t.Task)
+	c.JSON(http.StatusOK, taskView(t.Task))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/auth"
+	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -30,19 +31,12 @@ const (
 	pollAcksBodyLimit = 2 << 20
 )
 
-type pollRequest struct {
-	WorkerID string   `json:"worker_id"`
-	Queues   []string `json:"queues"`
-	MaxTasks *int     `json:"max_tasks"`
-	WaitMs   *int     `json:"wait_ms"`
-	// Prefetch marks a poll for tasks the worker will hold until a slot frees:
-	// queues with a concurrency cap are skipped, since a task waiting at the worker
-	// would hold one of the cap's slots without running.
-	Prefetch bool `json:"prefetch"`
-	// Acks are acks of this worker's tasks to commit before claiming, saving the
-	// worker a request per task. A poll carrying acks does not wait for work.
-	Acks []ackBatchItem `json:"acks"`
-}
+// pollRequest is the body of a poll (wire.PollRequest). Prefetch marks a poll for
+// tasks the worker will hold until a slot frees: queues with a concurrency cap are
+// skipped, since a task waiting at the worker would hold one of the cap's slots
+// without running. Acks are acks of this worker's tasks to commit before claiming,
+// saving the worker a request per task; a poll carrying acks does not wait for work.
+type pollRequest = wire.PollRequest
 
 // pollSpec is what one poll asks for.
 type pollSpec struct {
@@ -50,25 +44,6 @@ type pollSpec struct {
 	queues   []string
 	maxTasks int
 	prefetch bool
-}
-
-// polledTask is a task as a worker receives it.
-type polledTask struct {
-	ID                  uuid.UUID       `json:"id"`
-	Queue               string          `json:"queue"`
-	Payload             json.RawMessage `json:"payload"`
-	Priority            int             `json:"priority"`
-	Attempt             int             `json:"attempt"`
-	LeaseToken          uuid.UUID       `json:"lease_token"`
-	LeaseExpiresAt      time.Time       `json:"lease_expires_at"`
-	HeartbeatIntervalMs int64           `json:"heartbeat_interval_ms"`
-	TimeoutSeconds      *int            `json:"timeout_seconds"`
-	// Traceparent is the enqueue's W3C trace context: the worker's span continues it.
-	Traceparent *string `json:"traceparent"`
-	// WorkflowID and Step name the workflow step the task runs (null for plain
-	// tasks); GET /workflows/:id shows the results of the step's dependencies.
-	WorkflowID *uuid.UUID `json:"workflow_id"`
-	Step       *string    `json:"step"`
 }
 
 func validWorkerID(id string) error {
@@ -142,16 +117,16 @@ func (s *Server) poll(c *gin.Context) {
 	}
 	s.recordWorker(c, req.WorkerID, req.Queues)
 
-	var acked []pollAckResult
+	var acked []wire.AckResult
 	if len(acks) > 0 {
 		results, err := s.commitAcks(c, req.WorkerID, acks)
 		if err != nil {
 			s.fail(c, err) // nothing was acked, nothing claimed
 			return
 		}
-		acked = make([]pollAckResult, len(results))
+		acked = make([]wire.AckResult, len(results))
 		for i, r := range results {
-			acked[i] = pollAckResult{TaskID: r.TaskID, Error: r.Error}
+			acked[i] = wire.AckResult{TaskID: r.TaskID, Error: r.Error} // a poll's acks carry no task
 		}
 		waitMs = 0 // the worker waits for these answers: do not hold them back
 	}
@@ -161,7 +136,7 @@ func (s *Server) poll(c *gin.Context) {
 		if acked != nil {
 			// The acks are committed: say so. The worker's next poll meets the error.
 			s.log.Warn("poll failed after its acks were committed", "worker_id", req.WorkerID, "err", err)
-			c.JSON(http.StatusOK, gin.H{"tasks": []polledTask{}, "acks": acked})
+			c.JSON(http.StatusOK, wire.PollResponse{Tasks: []wire.PolledTask{}, Acks: acked})
 			return
 		}
 		s.fail(c, err)
@@ -181,19 +156,13 @@ func (s *Server) poll(c *gin.Context) {
 		s.lc.ReleaseUnread(context.WithoutCancel(c), req.WorkerID, res.tasks)
 		return
 	}
-	out := make([]polledTask, len(res.tasks))
+	out := make([]wire.PolledTask, len(res.tasks))
 	for i, t := range res.tasks {
-		out[i] = polledTask{ID: t.ID, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
-			Attempt: t.Attempts, LeaseToken: *t.LeaseToken, LeaseExpiresAt: *t.LeaseExpiresAt,
-			HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), TimeoutSeconds: t.TimeoutSeconds,
-			Traceparent: t.Traceparent, WorkflowID: t.WorkflowID, Step: t.Step}
+		out[i] = polledTaskView(t, s.cfg.HeartbeatInterval.Milliseconds())
 	}
-	body := gin.H{"tasks": out}
+	body := wire.PollResponse{Tasks: out, Acks: acked}
 	if len(out) == 0 && res.retryAfter > 0 {
-		body["retry_after_ms"] = res.retryAfter.Milliseconds()
-	}
-	if acked != nil {
-		body["acks"] = acked
+		body.RetryAfterMs = res.retryAfter.Milliseconds()
 	}
 	c.JSON(http.StatusOK, body)
 }
@@ -375,7 +344,7 @@ func (s *Server) heartbeat(c *gin.Context) {
 			s.fail(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"lease_expires_at": nil, "cancel_requested": false})
+		c.JSON(http.StatusOK, wire.HeartbeatResponse{})
 		return
 	}
 	var lease storage.Lease
@@ -390,7 +359,7 @@ func (s *Server) heartbeat(c *gin.Context) {
 		return
 	}
 	s.recordWorker(c, req.WorkerID, nil)
-	c.JSON(http.StatusOK, gin.H{"lease_expires_at": lease.ExpiresAt, "cancel_requested": lease.CancelRequested})
+	c.JSON(http.StatusOK, wire.HeartbeatResponse{LeaseExpiresAt: &lease.ExpiresAt, CancelRequested: lease.CancelRequested})
 }
 
 type ackRequest struct {
@@ -417,39 +386,17 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, t)
+	c.JSON(http.StatusOK, taskView(t))
 }
 
-type ackBatchRequest struct {
-	WorkerID string         `json:"worker_id"`
-	Acks     []ackBatchItem `json:"acks"`
-}
-
-// ackBatchItem is one ack of a batch, or of a poll.
-type ackBatchItem struct {
-	TaskID     *uuid.UUID      `json:"task_id"`
-	LeaseToken *uuid.UUID      `json:"lease_token"`
-	Result     json.RawMessage `json:"result"`
-}
-
-// pollAckResult is the outcome of an ack a poll carried: no error means acked.
-type pollAckResult struct {
-	TaskID uuid.UUID    `json:"task_id"`
-	Error  *errorDetail `json:"error,omitempty"`
-}
-
-// ackResult is one item of a batch ack's answer: the done task, or the error the
-// single ack would have returned.
-type ackResult struct {
-	TaskID uuid.UUID     `json:"task_id"`
-	Task   *storage.Task `json:"task,omitempty"`
-	Error  *errorDetail  `json:"error,omitempty"`
-}
+// An ack batch's items, and a poll's acks, are wire.AckItem; their outcomes,
+// wire.AckResult: the done task (a batch's answer only), or the error the single
+// ack would have returned.
 
 // ackBatch acks up to maxPollTasks tasks of one worker in one commit. Each item
 // succeeds or fails (lease_lost) on its own; the answer lists them in order.
 func (s *Server) ackBatch(c *gin.Context) {
-	var req ackBatchRequest
+	var req wire.AckBatchRequest
 	if err := decode(c, maxPollTasks*(s.cfg.MaxPayloadBytes+1<<10), &req); err != nil {
 		s.fail(c, err)
 		return
@@ -472,23 +419,24 @@ func (s *Server) ackBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"results": results})
+	c.JSON(http.StatusOK, wire.AckBatchResponse{Results: results})
 }
 
 // ackItems checks the acks of a batch or a poll (at most maxPollTasks).
-func (s *Server) ackItems(workerID string, acks []ackBatchItem) ([]storage.AckItem, error) {
+func (s *Server) ackItems(workerID string, acks []wire.AckItem) ([]storage.AckItem, error) {
 	if len(acks) > maxPollTasks {
 		return nil, invalid("acks must hold 1 to %d items", maxPollTasks)
 	}
 	items := make([]storage.AckItem, len(acks))
 	for i, a := range acks {
-		if a.TaskID == nil || a.LeaseToken == nil {
-			return nil, invalid("acks[%d]: task_id and lease_token are required", i)
+		id, token, err := parseLease(fmt.Sprintf("acks[%d]", i), a.TaskID, a.LeaseToken)
+		if err != nil {
+			return nil, err
 		}
 		if int64(len(a.Result)) > s.cfg.MaxPayloadBytes {
 			return nil, tooLarge("acks[%d]: result is %d bytes; the limit is %d", i, len(a.Result), s.cfg.MaxPayloadBytes)
 		}
-		items[i] = storage.AckItem{TaskID: *a.TaskID, LeaseToken: *a.LeaseToken, WorkerID: workerID, Result: a.Result}
+		items[i] = storage.AckItem{TaskID: id, LeaseToken: token, WorkerID: workerID, Result: a.Result}
 	}
 	return items, nil
 }
@@ -496,14 +444,14 @@ func (s *Server) ackItems(workerID string, acks []ackBatchItem) ([]storage.AckIt
 // commitAcks acks items in one (group) commit of the lifecycle. Each item succeeds or fails
 // (lease_lost) on its own; an error means the commit itself failed: nothing was
 // acked, or, when it timed out, nobody knows.
-func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]ackResult, error) {
+func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]wire.AckResult, error) {
 	outcomes, err := s.lc.AckMany(ctx, workerID, items)
 	if err != nil {
 		return nil, err
 	}
-	results := make([]ackResult, len(outcomes))
+	results := make([]wire.AckResult, len(outcomes))
 	for i, o := range outcomes {
-		results[i].TaskID = items[i].TaskID
+		results[i].TaskID = items[i].TaskID.String()
 		if o.Err != nil {
 			apiErr := toAPIError(o.Err)
 			if apiErr.Status >= 500 {
@@ -512,7 +460,7 @@ func (s *Server) commitAcks(ctx context.Context, workerID string, items []storag
 			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
 			continue
 		}
-		t := o.Task
+		t := taskView(o.Task)
 		results[i].Task = &t
 	}
 	return results, nil
@@ -561,7 +509,7 @@ func (s *Server) nack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, t)
+	c.JSON(http.StatusOK, taskView(t))
 }
 
 type releaseRequest struct {
@@ -592,7 +540,7 @@ func (s *Server) release(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, t)
+	c.JSON(http.StatusOK, taskView(t))
 }
 
 func (s *Server) listWorkers(c *gin.Context) {

@@ -22,11 +22,14 @@ type config struct {
 	Tasks  int
 	Window time.Duration
 	Report string
+	// WorkerConcurrency is each reference worker's --concurrency.
+	WorkerConcurrency int
 }
 
 func loadConfig(t *testing.T) config {
 	t.Helper()
-	c := config{Seed: defaultSeed, Tasks: 2000, Window: 90 * time.Second, Report: os.Getenv("TASKFORGE_CHAOS_REPORT")}
+	c := config{Seed: defaultSeed, Tasks: 2000, Window: 90 * time.Second, Report: os.Getenv("TASKFORGE_CHAOS_REPORT"),
+		WorkerConcurrency: defaultWorkerConcurrency}
 	if v := os.Getenv("TASKFORGE_CHAOS_SEED"); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -47,6 +50,13 @@ func loadConfig(t *testing.T) config {
 			t.Fatalf("TASKFORGE_CHAOS_DURATION=%q: want a duration of at least 20s", v)
 		}
 		c.Window = d
+	}
+	if v := os.Getenv("TASKFORGE_CHAOS_WORKER_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			t.Fatalf("TASKFORGE_CHAOS_WORKER_CONCURRENCY=%q: want an integer from 1 to 64", v)
+		}
+		c.WorkerConcurrency = n
 	}
 	return c
 }
@@ -71,13 +81,13 @@ func TestChaosLosesNothing(t *testing.T) {
 	cfg := loadConfig(t)
 	schedule := newSchedule(cfg.Seed, cfg.Window, numWorkers, numReplicas)
 	p := newPlan(cfg.Seed, cfg.Tasks, cfg.Window-5*time.Second)
-	t.Logf("chaos seed %d (TASKFORGE_CHAOS_SEED=%d repeats it): %d tasks in %d enqueue calls, %s fault window, %d faults:",
-		cfg.Seed, cfg.Seed, len(p.Tasks), len(p.Requests), cfg.Window, len(schedule))
+	t.Logf("chaos seed %d (TASKFORGE_CHAOS_SEED=%d repeats it): %d tasks in %d enqueue calls, %s fault window, %d faults, workers at concurrency %d:",
+		cfg.Seed, cfg.Seed, len(p.Tasks), len(p.Requests), cfg.Window, len(schedule), cfg.WorkerConcurrency)
 	for _, f := range schedule {
 		t.Logf("  %s", f)
 	}
 
-	h := newHarness(t)
+	h := newHarness(t, cfg.WorkerConcurrency)
 	h.push = startPushTarget(h)
 	h.createQueues(h.push.srv.URL)
 	for _, w := range h.workers {

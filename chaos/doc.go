@@ -29,6 +29,8 @@
 //	TASKFORGE_CHAOS_DURATION  length of the fault window (default 90s)
 //	TASKFORGE_CHAOS_SEED      seed of the task mix and fault schedule (default 20260101)
 //	TASKFORGE_CHAOS_REPORT    if set, a file to write the figures to (Markdown)
+//	TASKFORGE_CHAOS_WORKER_CONCURRENCY
+//	                          each of the eight workers' --concurrency (default 4)
 //
 // The same seed gives the same task mix and the same fault schedule (kinds, times,
 // targets and down times); what the processes do in between is up to the machine.

@@ -31,9 +31,11 @@ import (
 const (
 	leaseTimeout      = 2 * time.Second
 	heartbeatInterval = 500 * time.Millisecond
-	workerConcurrency = 4
-	numWorkers        = 8
-	numReplicas       = 3
+	// defaultWorkerConcurrency is each worker's --concurrency unless
+	// TASKFORGE_CHAOS_WORKER_CONCURRENCY says otherwise.
+	defaultWorkerConcurrency = 4
+	numWorkers               = 8
+	numReplicas              = 3
 )
 
 // serveEnv is the configuration of every replica.
@@ -57,18 +59,20 @@ var crashPoints = map[int]string{
 
 // harness owns every process of a run and the test's view of the cluster.
 type harness struct {
-	t       *testing.T
-	bin     string
-	pg      *localpg.Server
-	dbURL   string
-	db      *pgxpool.Pool
-	redis   *testenv.RedisServer
-	proxy   *proxy
-	api     string // the proxy's URL: producers, probes and workers all go through it
-	http    *http.Client
-	start   time.Time // when the run started: offsets of requests and faults count from here
-	replica []*replica
-	workers []*workerSlot
+	t *testing.T
+	// workerConcurrency is each reference worker's --concurrency.
+	workerConcurrency int
+	bin               string
+	pg                *localpg.Server
+	dbURL             string
+	db                *pgxpool.Pool
+	redis             *testenv.RedisServer
+	proxy             *proxy
+	api               string // the proxy's URL: producers, probes and workers all go through it
+	http              *http.Client
+	start             time.Time // when the run started: offsets of requests and faults count from here
+	replica           []*replica
+	workers           []*workerSlot
 	// schedules fire into the noop queue during the fault window.
 	schedules []*chaosSchedule
 	// workflows are submitted through POST /workflows during the fault window.
@@ -114,9 +118,9 @@ func (h *harness) eventsSnapshot() []event {
 
 // newHarness starts PostgreSQL, Redis, the proxy, three replicas and eight workers,
 // and registers their cleanup.
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, workerConcurrency int) *harness {
 	t.Helper()
-	h := &harness{t: t, http: &http.Client{Timeout: 10 * time.Second}}
+	h := &harness{t: t, http: &http.Client{Timeout: 10 * time.Second}, workerConcurrency: workerConcurrency}
 	h.bin = buildBinary(t)
 	logDir, err := os.MkdirTemp("", "taskforge-chaos-logs-")
 	if err != nil {
@@ -513,9 +517,9 @@ func (w *workerSlot) start() error {
 	defer w.mu.Unlock()
 	w.gen++
 	w.id = fmt.Sprintf("w%d.g%d", w.idx, w.gen)
-	args := []string{"worker", "--server", w.h.api, "--concurrency", fmt.Sprint(workerConcurrency),
+	args := []string{"worker", "--server", w.h.api, "--concurrency", fmt.Sprint(w.h.workerConcurrency),
 		"--worker-id", w.id, "--grace", "1s", "--poll-wait", "2s", "--log-level", "warn"}
-	for _, q := range workerQueues {
+	for _, q := range pollOrder(w.idx) {
 		args = append(args, "--queue", q)
 	}
 	p, err := startProc(w.h.bin, args, childEnv(), w.logPath)

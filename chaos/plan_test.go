@@ -33,9 +33,18 @@ const (
 	pushTimeout  = 800 * time.Millisecond // the push target's timeout_ms
 )
 
-// workerQueues is the --queue list of every reference worker, in poll order.
+// workerQueues is the --queue list of the reference workers. A poll takes from its
+// queues in the order given, so each worker starts it at a different queue
+// (pollOrder): with one fixed order, a backlog on the first queues starves the
+// last ones of every worker at once.
 var workerQueues = []string{queueFail + "=fail", queueSleep + "=sleep", queueNoop + "=noop",
 	queueLimited + "=noop", queueCapped + "=sleep"}
+
+// pollOrder is worker idx's --queue list: workerQueues rotated by idx.
+func pollOrder(idx int) []string {
+	n := idx % len(workerQueues)
+	return append(append([]string(nil), workerQueues[n:]...), workerQueues[:n]...)
+}
 
 // goodRetries is the budget of tasks that must end done: large enough that the
 // attempts lost to faults (a few per task at worst) never exhaust it.

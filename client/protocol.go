@@ -6,28 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/taskforge/taskforge/client/wire"
 )
 
-// PolledTask is a task a poll handed to a worker, under a lease.
-type PolledTask struct {
-	ID       string          `json:"id"`
-	Queue    string          `json:"queue"`
-	Payload  json.RawMessage `json:"payload"`
-	Priority int             `json:"priority"`
-	// Attempt is the 1-based attempt number: a monotonic fencing token for the
-	// worker's own side effects.
-	Attempt int `json:"attempt"`
-	// LeaseToken identifies this claim; heartbeats, acks and nacks must carry it.
-	LeaseToken          string    `json:"lease_token"`
-	LeaseExpiresAt      time.Time `json:"lease_expires_at"`
-	HeartbeatIntervalMs int64     `json:"heartbeat_interval_ms"`
-	TimeoutSeconds      *int      `json:"timeout_seconds"`
-	// Traceparent is the W3C trace context of the enqueue, when it had one.
-	Traceparent *string `json:"traceparent"`
-	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
-	WorkflowID *string `json:"workflow_id"`
-	Step       *string `json:"step"`
-}
+// PolledTask is a task a poll handed to a worker, under a lease. Attempt is the
+// 1-based attempt number: a monotonic fencing token for the worker's own side
+// effects. LeaseToken identifies this claim; heartbeats, acks and nacks must
+// carry it.
+type PolledTask = wire.PolledTask
 
 // PollRequest asks for tasks (POST /workers/poll).
 type PollRequest struct {
@@ -66,19 +53,9 @@ func (c *Client) Poll(ctx context.Context, r PollRequest) (*PollResult, error) {
 
 // poll is Poll that also returns the server's Date header (zero when absent).
 func (c *Client) poll(ctx context.Context, r PollRequest) (*PollResult, time.Time, error) {
-	body := map[string]any{"worker_id": r.WorkerID, "queues": r.Queues,
-		"max_tasks": max(r.MaxTasks, 1), "wait_ms": r.Wait.Milliseconds()}
-	if r.Prefetch {
-		body["prefetch"] = true
-	}
-	if len(r.Acks) > 0 {
-		body["acks"] = ackBodies(r.Acks)
-	}
-	var out struct {
-		Tasks        []PolledTask    `json:"tasks"`
-		RetryAfterMs int64           `json:"retry_after_ms"`
-		Acks         []ackResultBody `json:"acks"`
-	}
+	body := wire.PollRequest{WorkerID: r.WorkerID, Queues: r.Queues, MaxTasks: Ptr(max(r.MaxTasks, 1)),
+		WaitMs: Ptr(int(r.Wait.Milliseconds())), Prefetch: r.Prefetch, Acks: r.Acks}
+	var out wire.PollResponse
 	date, status, err := c.do(ctx, http.MethodPost, "/workers/poll", nil, body, &out)
 	if err != nil {
 		return nil, date, fmt.Errorf("poll %v: %w", r.Queues, err)
@@ -125,33 +102,24 @@ func (c *Client) heartbeat(ctx context.Context, workerID, taskID, leaseToken str
 
 // heartbeatWith is a heartbeat that carries progress unless it is nil.
 func (c *Client) heartbeatWith(ctx context.Context, workerID, taskID, leaseToken string, progress json.RawMessage) (*LeaseState, time.Time, error) {
-	body := map[string]any{"worker_id": workerID}
+	body := wire.HeartbeatRequest{LeaseRequest: wire.LeaseRequest{WorkerID: workerID}, Progress: progress}
 	if taskID != "" {
-		body["task_id"], body["lease_token"] = taskID, leaseToken
+		body.TaskID, body.LeaseToken = taskID, leaseToken
 	}
-	if progress != nil {
-		body["progress"] = progress
-	}
-	var out struct {
-		ExpiresAt       *time.Time `json:"lease_expires_at"`
-		CancelRequested bool       `json:"cancel_requested"`
-	}
+	var out wire.HeartbeatResponse
 	date, _, err := c.do(ctx, http.MethodPost, "/workers/heartbeat", nil, body, &out)
 	if err != nil {
 		return nil, date, fmt.Errorf("heartbeat task %s: %w", taskID, err)
 	}
 	l := &LeaseState{CancelRequested: out.CancelRequested}
-	if out.ExpiresAt != nil {
-		l.ExpiresAt = *out.ExpiresAt
+	if out.LeaseExpiresAt != nil {
+		l.ExpiresAt = *out.LeaseExpiresAt
 	}
 	return l, date, nil
 }
 
 // LeaseRef names one lease to heartbeat: a task and the token of its claim.
-type LeaseRef struct {
-	TaskID     string
-	LeaseToken string
-}
+type LeaseRef = wire.LeaseRef
 
 // LeaseResult is one lease of a batch heartbeat: the extended lease, or Err
 // (ErrLeaseLost) when it is no longer held.
@@ -171,23 +139,9 @@ func (c *Client) HeartbeatBatch(ctx context.Context, workerID string, refs []Lea
 }
 
 func (c *Client) heartbeatBatch(ctx context.Context, workerID string, refs []LeaseRef) ([]LeaseResult, time.Time, error) {
-	leases := make([]map[string]string, len(refs))
-	for i, r := range refs {
-		leases[i] = map[string]string{"task_id": r.TaskID, "lease_token": r.LeaseToken}
-	}
-	var out struct {
-		Leases []struct {
-			TaskID          string    `json:"task_id"`
-			ExpiresAt       time.Time `json:"lease_expires_at"`
-			CancelRequested bool      `json:"cancel_requested"`
-			Error           *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		} `json:"leases"`
-	}
+	var out wire.HeartbeatBatchResponse
 	date, status, err := c.do(ctx, http.MethodPost, "/workers/heartbeat/batch", nil,
-		map[string]any{"worker_id": workerID, "leases": leases}, &out)
+		wire.HeartbeatBatchRequest{WorkerID: workerID, Leases: refs}, &out)
 	if err != nil {
 		return nil, date, fmt.Errorf("heartbeat %d tasks: %w", len(refs), err)
 	}
@@ -199,7 +153,13 @@ func (c *Client) heartbeatBatch(ctx context.Context, workerID string, refs []Lea
 		if l.TaskID != refs[i].TaskID {
 			return nil, date, fmt.Errorf("heartbeat %d tasks: server answered out of order: %s for %s", len(refs), l.TaskID, refs[i].TaskID)
 		}
-		results[i] = LeaseResult{TaskID: l.TaskID, Lease: LeaseState{ExpiresAt: l.ExpiresAt, CancelRequested: l.CancelRequested}}
+		results[i] = LeaseResult{TaskID: l.TaskID}
+		if l.LeaseExpiresAt != nil {
+			results[i].Lease.ExpiresAt = *l.LeaseExpiresAt
+		}
+		if l.CancelRequested != nil {
+			results[i].Lease.CancelRequested = *l.CancelRequested
+		}
 		if l.Error != nil {
 			results[i].Err = fmt.Errorf("heartbeat task %s: %w", l.TaskID, &APIError{Status: http.StatusConflict, Code: l.Error.Code, Message: l.Error.Message})
 		}
@@ -210,10 +170,7 @@ func (c *Client) heartbeatBatch(ctx context.Context, workerID string, refs []Lea
 // Ack records that the attempt succeeded, with an optional JSON result, and returns
 // the task (done). It fails with ErrLeaseLost when the lease is no longer held.
 func (c *Client) Ack(ctx context.Context, workerID, taskID, leaseToken string, result json.RawMessage) (*Task, error) {
-	body := map[string]any{"worker_id": workerID, "task_id": taskID, "lease_token": leaseToken}
-	if len(result) > 0 {
-		body["result"] = result
-	}
+	body := wire.AckRequest{LeaseRequest: wire.LeaseRequest{WorkerID: workerID, TaskID: taskID, LeaseToken: leaseToken}, Result: result}
 	var out Task
 	if _, _, err := c.do(ctx, http.MethodPost, "/workers/ack", nil, body, &out); err != nil {
 		return nil, fmt.Errorf("ack task %s: %w", taskID, err)
@@ -221,12 +178,8 @@ func (c *Client) Ack(ctx context.Context, workerID, taskID, leaseToken string, r
 	return &out, nil
 }
 
-// AckItem is one ack of a batch.
-type AckItem struct {
-	TaskID     string
-	LeaseToken string
-	Result     json.RawMessage // optional
-}
+// AckItem is one ack of a batch: TaskID, LeaseToken and an optional Result.
+type AckItem = wire.AckItem
 
 // AckResult is the outcome of one ack of a batch: Task when it was acked, Err
 // (matching ErrLeaseLost) when it was refused.
@@ -240,10 +193,8 @@ type AckResult struct {
 // /workers/ack/batch), committed together on the server. Items succeed or fail on
 // their own; the error is for the request as a whole (nothing was acked).
 func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem) ([]AckResult, error) {
-	var out struct {
-		Results []ackResultBody `json:"results"`
-	}
-	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, map[string]any{"worker_id": workerID, "acks": ackBodies(items)}, &out)
+	var out wire.AckBatchResponse
+	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, wire.AckBatchRequest{WorkerID: workerID, Acks: items}, &out)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
@@ -254,30 +205,8 @@ func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem)
 	return results, nil
 }
 
-// ackBodies are items as a batch ack or a poll sends them.
-func ackBodies(items []AckItem) []map[string]any {
-	acks := make([]map[string]any, len(items))
-	for i, it := range items {
-		acks[i] = map[string]any{"task_id": it.TaskID, "lease_token": it.LeaseToken}
-		if len(it.Result) > 0 {
-			acks[i]["result"] = it.Result
-		}
-	}
-	return acks
-}
-
-// ackResultBody is one ack's outcome as the server answers it.
-type ackResultBody struct {
-	TaskID string `json:"task_id"`
-	Task   *Task  `json:"task"`
-	Error  *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // ackResults turns the server's answer to items into AckResults, in order.
-func ackResults(items []AckItem, got []ackResultBody, status int) ([]AckResult, error) {
+func ackResults(items []AckItem, got []wire.AckResult, status int) ([]AckResult, error) {
 	if len(got) != len(items) {
 		return nil, fmt.Errorf("server answered %d ack results for %d acks (status %d)", len(got), len(items), status)
 	}
@@ -310,10 +239,10 @@ type NackRequest struct {
 // ScheduledAt), dead, or cancelled when a cancel was requested. It fails with
 // ErrLeaseLost when the lease is no longer held.
 func (c *Client) Nack(ctx context.Context, r NackRequest) (*Task, error) {
-	body := map[string]any{"worker_id": r.WorkerID, "task_id": r.TaskID, "lease_token": r.LeaseToken,
-		"error": r.Error, "retryable": !r.Permanent}
+	body := wire.NackRequest{LeaseRequest: wire.LeaseRequest{WorkerID: r.WorkerID, TaskID: r.TaskID, LeaseToken: r.LeaseToken},
+		Error: r.Error, Retryable: Ptr(!r.Permanent)}
 	if r.RetryAfter != nil {
-		body["retry_after_ms"] = max(r.RetryAfter.Milliseconds(), 0)
+		body.RetryAfterMs = Ptr(max(r.RetryAfter.Milliseconds(), 0))
 	}
 	var out Task
 	if _, _, err := c.do(ctx, http.MethodPost, "/workers/nack", nil, body, &out); err != nil {
@@ -339,9 +268,10 @@ type ReleaseRequest struct {
 // It fails with ErrLeaseLost when the lease is no longer held, and with
 // ErrNotFound from a server older than the release endpoint.
 func (c *Client) Release(ctx context.Context, r ReleaseRequest) (*Task, error) {
-	body := map[string]any{"worker_id": r.WorkerID, "task_id": r.TaskID, "lease_token": r.LeaseToken, "reason": r.Reason}
+	body := wire.ReleaseRequest{LeaseRequest: wire.LeaseRequest{WorkerID: r.WorkerID, TaskID: r.TaskID, LeaseToken: r.LeaseToken},
+		Reason: r.Reason}
 	if r.Delay > 0 {
-		body["delay_ms"] = r.Delay.Milliseconds()
+		body.DelayMs = Ptr(r.Delay.Milliseconds())
 	}
 	var out Task
 	if _, _, err := c.do(ctx, http.MethodPost, "/workers/release", nil, body, &out); err != nil {

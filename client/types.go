@@ -1,13 +1,16 @@
 package client
 
 import (
-	"encoding/json"
 	"time"
+
+	"github.com/taskforge/taskforge/client/wire"
 )
 
 // Task statuses (docs/api.md, Tasks).
 const (
-	StatusPending   = "pending"
+	StatusPending = "pending"
+	// StatusClaimed: dispatched into the server's buffer, waiting for a worker's
+	// poll (the server's code calls it buffered).
 	StatusClaimed   = "claimed"
 	StatusExecuting = "executing"
 	StatusRetry     = "retry"
@@ -50,57 +53,16 @@ type Queue struct {
 	UpdatedAt time.Time   `json:"updated_at"`
 }
 
-// Task is the API's task object. AttemptHistory is filled by GetTask only, and
-// DiedAt by ListDead only.
-type Task struct {
-	ID              string          `json:"id"`
-	Queue           string          `json:"queue"`
-	Payload         json.RawMessage `json:"payload"`
-	Priority        int             `json:"priority"`
-	Status          string          `json:"status"`
-	ScheduledAt     time.Time       `json:"scheduled_at"`
-	Attempts        int             `json:"attempts"`
-	MaxRetries      int             `json:"max_retries"`
-	TimeoutSeconds  *int            `json:"timeout_seconds"`
-	IdempotencyKey  *string         `json:"idempotency_key"`
-	LastError       *string         `json:"last_error"`
-	Result          json.RawMessage `json:"result"`
-	ClaimedBy       *string         `json:"claimed_by"`
-	HeartbeatAt     *time.Time      `json:"heartbeat_at"`
-	LeaseExpiresAt  *time.Time      `json:"lease_expires_at"`
-	CancelRequested bool            `json:"cancel_requested"`
-	ReplayedFrom    *string         `json:"replayed_from"`
-	ReplayCount     int             `json:"replay_count"`
-	ReplayedAt      *time.Time      `json:"replayed_at"`
-	// Releases counts attempts handed back by stopping workers; they do not spend
-	// the retry budget, so a task runs at most MaxRetries + 1 + Releases times.
-	Releases   int        `json:"releases"`
-	CreatedAt  time.Time  `json:"created_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	DiedAt     *time.Time `json:"died_at,omitempty"`
-	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
-	WorkflowID     *string   `json:"workflow_id"`
-	Step           *string   `json:"step"`
-	AttemptHistory []Attempt `json:"attempt_history,omitempty"`
-
-	// Progress is the last progress the worker reported (Job.Progress) for the
-	// current or last attempt; null until one is, and again once the next starts.
-	Progress json.RawMessage `json:"progress"`
-	// Schedule names the schedule whose tick (or trigger) created the task; nil for
-	// tasks enqueued directly.
-	Schedule *string `json:"schedule"`
-}
+// Task is the API's task object (package wire, shared with the server).
+// AttemptHistory is filled by GetTask only, and DiedAt by ListDead only. Releases
+// counts attempts handed back by stopping workers; they do not spend the retry
+// budget, so a task runs at most MaxRetries + 1 + Releases times. Progress is the
+// last progress the worker reported (Job.Progress) for the current or last
+// attempt; null until one is, and again once the next starts.
+type Task = wire.Task
 
 // Attempt is one execution of a task, as attempt_history reports it.
-type Attempt struct {
-	Attempt    int        `json:"attempt"`
-	WorkerID   string     `json:"worker_id"`
-	Status     string     `json:"status"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	Error      *string    `json:"error"`
-}
+type Attempt = wire.Attempt
 
 // Stats summarises a queue (GET /queues/:name/stats).
 type Stats struct {

@@ -53,6 +53,15 @@ type WorkerConfig struct {
 	// a child of the task's enqueue span. Without it the handler's context still
 	// carries the enqueue's trace context.
 	TracerProvider trace.TracerProvider
+	// Clock is the time the worker estimates leases and paces heartbeats by.
+	// Defaults to the wall clock; a test may pass its own to see a lease run out
+	// without waiting for it.
+	Clock Clock
+	// OnPark, when set, is called each time the poller parks with nothing to ask
+	// for (every slot and the prefetch room taken): from then until a slot frees,
+	// a handler that returns leaves its ack to the next poll. It is a hook for
+	// tests and diagnostics, called on the poller's goroutine: it must not block.
+	OnPark func()
 }
 
 // maxPollTasks and maxPollWait are the server's limits for one poll.
@@ -121,6 +130,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
 	return c
 }
 
@@ -138,8 +150,6 @@ type Worker struct {
 	cfg WorkerConfig
 
 	invalid error // cfg.Validate's verdict, returned by Run
-	clock   clock
-	onPark  func() // tests: called each time the poller parks with nothing to ask for
 
 	mu       sync.Mutex
 	handlers map[string]HandlerFunc
@@ -151,7 +161,7 @@ type Worker struct {
 // handlers with Handle, then call Run, which fails when cfg is not valid (see
 // WorkerConfig.Validate).
 func NewWorker(c *Client, cfg WorkerConfig) *Worker {
-	w := &Worker{c: c, invalid: cfg.Validate(), clock: realClock{}, handlers: map[string]HandlerFunc{}}
+	w := &Worker{c: c, invalid: cfg.Validate(), handlers: map[string]HandlerFunc{}}
 	if w.invalid == nil {
 		w.cfg = cfg.withDefaults()
 	} else {
@@ -239,7 +249,7 @@ type runner struct {
 	c        *Client
 	cfg      WorkerConfig
 	log      *slog.Logger
-	clock    clock
+	clock    Clock
 	onPark   func()
 	handlers map[string]HandlerFunc
 	queues   []string
@@ -259,7 +269,7 @@ type runner struct {
 }
 
 func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, queues []string) *runner {
-	r := &runner{c: w.c, cfg: w.cfg, log: w.cfg.Logger.With("worker_id", w.cfg.ID), clock: w.clock, onPark: w.onPark,
+	r := &runner{c: w.c, cfg: w.cfg, log: w.cfg.Logger.With("worker_id", w.cfg.ID), clock: w.cfg.Clock, onPark: w.cfg.OnPark,
 		handlers: handlers, queues: queues, handlerBase: context.WithoutCancel(ctx),
 		acks: make(chan *job, maxPollTasks), stopped: make(chan struct{})}
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
@@ -325,8 +335,9 @@ func (r *runner) shutdown() {
 	<-idle
 }
 
-// clock is the worker's time: the wall clock, or a test's.
-type clock interface {
+// Clock is a Worker's time (WorkerConfig.Clock): the wall clock, or a test's.
+type Clock interface {
+	// Now is time.Now.
 	Now() time.Time
 	// After is time.After: it fires once d has passed.
 	After(d time.Duration) <-chan time.Time

@@ -129,7 +129,7 @@ func (r *rater) point(snap *Snapshot) Point {
 			completed = max(0, float64(now.done-prev.done)/dt)
 			died = max(0, float64(now.dead-prev.dead)/dt)
 		}
-		backlog := q.Depth[storage.StatusPending] + q.Depth[storage.StatusClaimed] + q.Depth[storage.StatusRetry]
+		backlog := q.Depth[storage.StatusPending] + q.Depth[storage.StatusBuffered] + q.Depth[storage.StatusRetry]
 		p.Queues[q.Name] = [3]float64{round2(completed), round2(died), float64(backlog)}
 	}
 	r.prev, r.prevAt = next, snap.At

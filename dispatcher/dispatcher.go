@@ -2,12 +2,13 @@
 //
 // It decides when and how much to dispatch: it keeps each buffer topped up to a
 // target size rather than mirroring the whole backlog, in batches that its Mover
-// (package lifecycle, which owns the transition end to end) moves to 'claimed'
-// (FOR UPDATE SKIP LOCKED, so any number of replicas can run it) and adds to the
-// queue's sorted set. Its repair pass re-adds claimed tasks whose buffer entry was
-// lost (Redis restart, FLUSHALL, a crash between commit and ZADD) and rebuilds the
-// concurrency slots: no task changes status there, the Redis side is only made to
-// match PostgreSQL again, so repair stays here rather than in the lifecycle.
+// (package lifecycle, which owns the transition end to end) moves to buffered
+// (status 'claimed'; FOR UPDATE SKIP LOCKED, so any number of replicas can run it)
+// and adds to the queue's sorted set. Its repair pass re-adds buffered tasks whose
+// buffer entry was lost (Redis restart, FLUSHALL, a crash between commit and ZADD)
+// and rebuilds the concurrency slots: no task changes status there, the Redis side
+// is only made to match PostgreSQL again, so repair stays here rather than in the
+// lifecycle.
 //
 // Its costs follow the work, not the number of queues: a wake-up for queue q (a
 // NOTIFY from an enqueue, a poll that drained q's buffer, a reclaim) dispatches q
@@ -112,7 +113,7 @@ type Dispatcher struct {
 
 // Mover runs the dispatch transition; *lifecycle.Lifecycle is one.
 type Mover interface {
-	// Dispatch moves up to limit due pending and retry tasks of queue to claimed
+	// Dispatch moves up to limit due pending and retry tasks of queue to buffered
 	// and into its buffer with weight (buffer.LevelWeightMs), with the transitions'
 	// telemetry, and reports how many it moved (some, even with an error, when the
 	// statement committed and the buffer failed: the repair pass heals those).
@@ -373,7 +374,7 @@ func (d *Dispatcher) RepairStep(ctx context.Context) (int, error) {
 	return d.repairBuffered(ctx, 1)
 }
 
-// RepairOnce re-adds claimed tasks whose buffer entries are missing, checking every
+// RepairOnce re-adds buffered tasks whose buffer entries are missing, checking every
 // buffered task of every queue a page at a time, and rebuilds the concurrency slots
 // of capped queues from PostgreSQL. It returns how many entries it re-added. A
 // re-added id that a poller popped meanwhile is harmless: its second claim finds it

@@ -115,7 +115,9 @@ func TestRepairReaddsLostEntries(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	enqueue(t, b.store, 20, nil)
-	d := newDispatcher(b.store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond}, quiet)
+	var clock testenv.Clock // zero: the database's now(), until the repair
+	store := testenv.Clocked(b.store, &clock)
+	d := newDispatcher(store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond}, quiet)
 	if n, err := d.DispatchOnce(ctx); err != nil || n != 20 {
 		t.Fatalf("dispatch: %d %v", n, err)
 	}
@@ -123,7 +125,7 @@ func TestRepairReaddsLostEntries(t *testing.T) {
 	if _, err := b.buf.Pop(ctx, "q", 5, ratelimit.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond) // older than RepairAfter on the database clock
+	clock.SetAhead(t, b.store, time.Second) // the buffered entries are now older than RepairAfter
 	if n, err := d.RepairOnce(ctx); err != nil || n != 5 {
 		t.Fatalf("repair after pop: re-added %d (%v), want 5", n, err)
 	}

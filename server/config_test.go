@@ -45,3 +45,22 @@ func TestListenDatabaseURL(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkDutyMustBeAShareOfTime: above 0 and at most 1, zero being the default.
+func TestBulkDutyMustBeAShareOfTime(t *testing.T) {
+	base := Config{DatabaseURL: "postgres://db:5432/tf", RedisURL: "redis://r:6379"}.WithDefaults()
+	for _, tc := range []struct {
+		duty float64
+		ok   bool
+	}{{0, true}, {0.5, true}, {1, true}, {-0.1, false}, {1.01, false}} {
+		c := base
+		c.BulkDuty = tc.duty
+		err := c.Validate()
+		if tc.ok && err != nil {
+			t.Errorf("BulkDuty %g: Validate() = %v", tc.duty, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "TASKFORGE_BULK_DUTY")) {
+			t.Errorf("BulkDuty %g: Validate() = %v, want an error naming TASKFORGE_BULK_DUTY", tc.duty, err)
+		}
+	}
+}

@@ -74,6 +74,10 @@ type Config struct {
 	CommitMaxWaiting int
 	// ShutdownTimeout bounds the drain of in-flight requests. Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// BulkDuty is the share of its time a bulk cancel or discard spends writing
+	// batches, in (0, 1]; it rests the remainder so that other queues' commits are
+	// not stuck behind its WAL. Zero means storage.DefaultBulkDuty.
+	BulkDuty float64
 	// DBMaxConns sizes the PostgreSQL pool. Defaults to pgx's default (max(4, CPUs)).
 	DBMaxConns int32
 	// TracerProvider receives spans; nil means none (see telemetry.TracerFromEnv).
@@ -142,6 +146,8 @@ func (c Config) Validate() error {
 		return errors.New("TASKFORGE_PUSH_CONCURRENCY must be at least 1")
 	case c.MaxPayloadBytes < 1:
 		return errors.New("TASKFORGE_MAX_PAYLOAD_BYTES must be positive")
+	case c.BulkDuty < 0 || c.BulkDuty > 1:
+		return fmt.Errorf("TASKFORGE_BULK_DUTY (%g) must be above 0 and at most 1", c.BulkDuty)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
 		return errors.New("TASKFORGE_TLS_CERT and TASKFORGE_TLS_KEY go together")
 	}
@@ -232,7 +238,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		s.checkEvictionPolicy(ctx)
 	}
 
-	var storeOpts []storage.Option
+	storeOpts := []storage.Option{storage.WithBulkDuty(cfg.BulkDuty)}
 	if cfg.EncryptionKeys != "" {
 		keys, err := sealer.ParseKeys(cfg.EncryptionKeys)
 		if err == nil {

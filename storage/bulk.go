@@ -50,7 +50,7 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 	for _, status := range statuses {
 		var at *time.Time // keyset position: the newest task of the last batch
 		var atID uuid.UUID
-		err := inBatches(ctx, func() (int, error) {
+		err := s.inBatches(ctx, func() (int, error) {
 			sql, args := bulkCancelWaiting, []any{queue, status, batch}
 			if at != nil {
 				sql, args = bulkCancelWaitingAfter, append(args, *at, atID)
@@ -132,7 +132,7 @@ func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UU
 		ids = []uuid.UUID{}
 	}
 	var total int64
-	err := inBatches(ctx, func() (int, error) {
+	err := s.inBatches(ctx, func() (int, error) {
 		tag, err := s.pool.Exec(ctx, bulkDiscardDead, queue, ids, all, batch)
 		if err != nil {
 			return 0, err
@@ -155,18 +155,24 @@ func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UU
 }
 
 // inBatches runs pass, one batch in its own transaction, until a pass changes
-// nothing. Passes skip rows other transactions hold, so when one changes nothing
-// while left still finds matching rows, those are locked by short transactions
-// (a dispatch, a claim): inBatches tries again after a pause, a few times, and then
-// leaves them.
-func inBatches(ctx context.Context, pass func() (int, error), left func() (bool, error)) error {
+// nothing. After each batch that changed rows it rests (bulkRest), so that the
+// operation works at most the Store's bulk duty of the time and live traffic
+// shares PostgreSQL's WAL with it instead of queueing behind it. Passes skip rows
+// other transactions hold, so when one changes nothing while left still finds
+// matching rows, those are locked by short transactions (a dispatch, a claim):
+// inBatches tries again after a pause, a few times, and then leaves them.
+func (s *Store) inBatches(ctx context.Context, pass func() (int, error), left func() (bool, error)) error {
 	for idle := 0; ; {
+		began := time.Now()
 		n, err := pass()
 		if err != nil {
 			return err
 		}
 		if n > 0 {
 			idle = 0
+			if err := s.bulkRest(ctx, time.Since(began)); err != nil {
+				return err
+			}
 			continue
 		}
 		more, err := left()
@@ -180,6 +186,32 @@ func inBatches(ctx context.Context, pass func() (int, error), left func() (bool,
 		case <-time.After(bulkLockedPause):
 		}
 	}
+}
+
+// bulkRest waits after a batch that took worked, so that the batches of a bulk
+// operation fill at most bulkDuty of its time: with a duty of 0.5, a 40 ms batch is
+// followed by 40 ms of rest. A duty of 1 never rests.
+func (s *Store) bulkRest(ctx context.Context, worked time.Duration) error {
+	rest := restAfter(worked, s.bulkDuty)
+	if rest <= 0 {
+		return nil
+	}
+	t := time.NewTimer(rest)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// restAfter is the rest that follows a batch that took worked, for a duty in (0, 1].
+func restAfter(worked time.Duration, duty float64) time.Duration {
+	if duty >= 1 || duty <= 0 || worked <= 0 {
+		return 0
+	}
+	return time.Duration(float64(worked) * (1 - duty) / duty)
 }
 
 // bulkLockedRetries and bulkLockedPause bound how long a bulk operation waits for

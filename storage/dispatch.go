@@ -38,7 +38,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // Its cost grows with the number of queues (one index probe each): it is the
 // periodic sweep's, not a wake-up's.
 func (s *Store) DueQueues(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, dueQueues)
+	rows, err := s.pool.Query(ctx, dueQueues, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("queues with due tasks: %w", err)
 	}
@@ -114,7 +114,7 @@ func (s *Store) ListBuffered(ctx context.Context, after *BufferedCursor, minAge 
 	if after != nil {
 		at, id = &after.DispatchedAt, &after.ID
 	}
-	rows, err := s.pool.Query(ctx, listBuffered, at, id, ms(minAge), limit)
+	rows, err := s.pool.Query(ctx, listBuffered, at, id, ms(minAge), limit, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("list buffered tasks: %w", err)
 	}

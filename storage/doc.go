@@ -8,7 +8,8 @@
 // succeeds with the current, unexpired lease token. All time arithmetic uses the
 // database clock (now()); durations arrive as parameters in milliseconds.
 //
-// Task states:
+// Task states (as the database and the API spell them; 'claimed' is a task in the
+// Redis buffer, StatusBuffered in code, and ClaimTasks is a worker taking it):
 //
 //	pending ──DispatchDue──► claimed ──ClaimTasks──► executing ──Ack──► done
 //	   ▲                                                 │

@@ -13,11 +13,11 @@ import (
 	"github.com/taskforge/taskforge/sealer"
 )
 
-// DispatchDue moves up to limit due pending or retry tasks of queue to claimed, best
+// DispatchDue moves up to limit due pending or retry tasks of queue to buffered, best
 // first, and returns them for mirroring into the buffer. Each priority level below
 // the first weighs levelWeightMs of eligible time (see buffer.LevelWeightMs).
 func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelWeightMs int64) ([]Buffered, error) {
-	rows, err := s.pool.Query(ctx, dispatchDue, queue, limit, float64(levelWeightMs))
+	rows, err := s.pool.Query(ctx, dispatchDue, queue, limit, float64(levelWeightMs), s.now())
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
 	}
@@ -80,7 +80,7 @@ func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Dur
 	for i, it := range items {
 		ids[i], workers[i] = it.TaskID, it.WorkerID
 	}
-	rows, err := s.pool.Query(ctx, claimTasks, ids, workers, ms(lease))
+	rows, err := s.pool.Query(ctx, claimTasks, ids, workers, ms(lease), s.now())
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
 	}
@@ -120,7 +120,7 @@ func (s *Store) HeartbeatProgress(ctx context.Context, workerID string, taskID, 
 
 func (s *Store) heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration, setProgress bool, progress *string) (Lease, error) {
 	var l Lease
-	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease), setProgress, progress).Scan(&l.ExpiresAt, &l.CancelRequested)
+	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease), setProgress, progress, s.now()).Scan(&l.ExpiresAt, &l.CancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrLeaseLost
 	}
@@ -181,7 +181,7 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 			results[i] = &r
 		}
 	}
-	rows, err := s.pool.Query(ctx, ackTasks, ids, tokens, workers, results)
+	rows, err := s.pool.Query(ctx, ackTasks, ids, tokens, workers, results, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
@@ -210,7 +210,7 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, text)
+	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, text, s.now())
 	t, err := one[Task](rows, err, ErrLeaseLost)
 	if err == nil {
 		err = s.open(&t)
@@ -230,7 +230,7 @@ func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text, r.DelayMs)
+	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text, r.DelayMs, s.now())
 	t, err := one[Task](rows, err, ErrLeaseLost)
 	if err == nil {
 		err = s.open(&t)
@@ -244,7 +244,7 @@ func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
 // ReclaimExpired ends up to limit attempts whose lease expired (abandoned) or whose
 // deadline passed (timed_out), retrying or dead-lettering their tasks.
 func (s *Store) ReclaimExpired(ctx context.Context, limit int) ([]Reclaimed, error) {
-	rows, err := s.pool.Query(ctx, reclaimExpired, limit)
+	rows, err := s.pool.Query(ctx, reclaimExpired, limit, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("reclaim expired leases: %w", err)
 	}

@@ -1,7 +1,13 @@
 package storage
 
 // This file holds every SQL statement TaskForge runs. Durations arrive as
-// milliseconds; "now" is always the database's now().
+// milliseconds; "now" is the database's now(), except in the statements that
+// compute or compare lease expiries and due times (claim, heartbeat, ack, nack,
+// release, reclaim, dispatch, the sweep and the repair pass): there it is
+// coalesce($n::timestamptz, now()), $n being the Store's clock (WithClock) or
+// NULL, so tests set the clock instead of sleeping. The statements that say how
+// long to wait (nextDue, newlyDue, nextLeaseExpiry) feed wall-clock timers and
+// keep the database's now().
 
 const queueColumns = `name, max_retries, rate_limit, rate_burst, max_concurrency,
 	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at`
@@ -174,15 +180,15 @@ const recountQueue = `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP 
 
 // dispatchDue moves up to $2 due tasks of a queue from pending/retry to claimed, in
 // buffer order: by eligible time plus $3 ms per priority level (strict priority when
-// $3 is huge). It reads the head of each priority level through tasks_dispatch_idx
-// and merges them, so its cost does not grow with the backlog. SKIP LOCKED lets
-// several dispatchers work the same queue.
+// $3 is huge), at time $4 (NULL: now()). It reads the head of each priority level
+// through tasks_dispatch_idx and merges them, so its cost does not grow with the
+// backlog. SKIP LOCKED lets several dispatchers work the same queue.
 const dispatchDue = `WITH due AS (
 	SELECT head.id, head.status FROM generate_series(1, 10) AS level(priority)
 	CROSS JOIN LATERAL (
 		SELECT id, status, scheduled_at FROM tasks
 		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
-			AND scheduled_at <= now()
+			AND scheduled_at <= coalesce($4::timestamptz, now())
 		ORDER BY scheduled_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
@@ -190,7 +196,8 @@ const dispatchDue = `WITH due AS (
 	ORDER BY head.scheduled_at + (level.priority - 1) * $3::float8 * interval '1 millisecond'
 	LIMIT $2
 )
-UPDATE tasks t SET status = 'claimed', dispatched_at = now(), updated_at = now()
+UPDATE tasks t SET status = 'claimed', dispatched_at = coalesce($4::timestamptz, now()),
+	updated_at = coalesce($4::timestamptz, now())
 FROM due WHERE t.id = due.id
 RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent`
 
@@ -215,11 +222,11 @@ JOIN queues q ON q.name = d.queue`
 
 // dueQueues lists every unpaused queue holding a due pending or retry task: the
 // periodic sweep's one statement, one probe of tasks_queue_due_idx per queue (which
-// only statements saying "priority > 0" may use).
+// only statements saying "priority > 0" may use), at time $1 (NULL: now()).
 const dueQueues = `SELECT q.name FROM queues q
 WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
 	WHERE t.queue = q.name AND t.status IN ('pending', 'retry') AND t.priority > 0
-		AND t.scheduled_at <= now())`
+		AND t.scheduled_at <= coalesce($1::timestamptz, now()))`
 
 // disableJIT turns JIT compilation off for a session (see Connect).
 const disableJIT = `SET jit = off`
@@ -236,10 +243,11 @@ const queuesChangedSince = `SELECT ` + queueColumns + `, now() AS read_at FROM q
 
 // listBuffered pages through every queue's buffered tasks mirrored at least $3 ms
 // ago, in (dispatched_at, id) order after ($1, $2), up to $4 of them, so the repair
-// pass checks a bounded number per statement whatever the number of queues.
+// pass checks a bounded number per statement whatever the number of queues. $5 is
+// the time (NULL: now()).
 const listBuffered = `SELECT id, queue, priority, scheduled_at, status AS from_status, traceparent,
 	dispatched_at FROM tasks
-WHERE status = 'claimed' AND dispatched_at <= now() - $3 * interval '1 millisecond'
+WHERE status = 'claimed' AND dispatched_at <= coalesce($5::timestamptz, now()) - $3 * interval '1 millisecond'
 	AND ($1::timestamptz IS NULL OR (dispatched_at, id) > ($1, $2::uuid))
 ORDER BY dispatched_at, id
 LIMIT $4`
@@ -252,9 +260,10 @@ WHERE q.max_concurrency IS NOT NULL
 GROUP BY q.name`
 
 // claimTasks turns buffered ids that are still 'claimed' into executing tasks, each
-// for the worker given with it ($1 ids, $2 worker ids), with a fresh lease, and
-// records each new attempt, in one statement. Ids no longer claimable (cancelled,
-// already taken by another replica) are skipped; an id given twice is claimed once.
+// for the worker given with it ($1 ids, $2 worker ids), with a fresh lease of $3 ms
+// from $4 (NULL: now()), and records each new attempt, in one statement. Ids no
+// longer claimable (cancelled, already taken by another replica) are skipped; an id
+// given twice is claimed once.
 const claimTasks = `WITH input AS (
 	SELECT DISTINCT ON (id) id, worker FROM unnest($1::uuid[], $2::text[]) AS i(id, worker)
 ), claimed AS (
@@ -263,44 +272,47 @@ const claimTasks = `WITH input AS (
 		attempts = t.attempts + 1,
 		claimed_by = i.worker,
 		lease_token = gen_random_uuid(),
-		heartbeat_at = now(),
-		attempt_started_at = now(),
-		lease_expires_at = least(now() + $3 * interval '1 millisecond',
-			now() + t.timeout_seconds * interval '1 second'),
-		deadline_at = now() + t.timeout_seconds * interval '1 second',
+		heartbeat_at = coalesce($4::timestamptz, now()),
+		attempt_started_at = coalesce($4::timestamptz, now()),
+		lease_expires_at = least(coalesce($4::timestamptz, now()) + $3 * interval '1 millisecond',
+			coalesce($4::timestamptz, now()) + t.timeout_seconds * interval '1 second'),
+		deadline_at = coalesce($4::timestamptz, now()) + t.timeout_seconds * interval '1 second',
 		cancel_requested = false,
 		progress = NULL, -- a new attempt starts with no progress reported
-		updated_at = now()
+		updated_at = coalesce($4::timestamptz, now())
 	FROM input i
 	WHERE t.id = i.id AND t.status = 'claimed'
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
-	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', now() FROM claimed
+	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', coalesce($4::timestamptz, now()) FROM claimed
 )
 SELECT ` + taskColumns + ` FROM claimed`
 
-// leaseHeld is the condition under which a worker's call on a task counts.
-const leaseHeld = `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
-	AND t.status = 'executing' AND t.lease_expires_at > now()`
+// leaseHeld is the condition under which a worker's call on a task counts, at the
+// time the statement's parameter now names (NULL: now()).
+func leaseHeld(now string) string {
+	return `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
+	AND t.status = 'executing' AND t.lease_expires_at > coalesce(` + now + `::timestamptz, now())`
+}
 
 // heartbeatTask extends a held lease, never past the attempt's deadline, and when
-// $5 stores $6 as the attempt's progress (NULL clears it).
-const heartbeatTask = `UPDATE tasks t SET
-	lease_expires_at = least(now() + $4 * interval '1 millisecond', t.deadline_at),
-	heartbeat_at = now(),
+// $5 stores $6 as the attempt's progress (NULL clears it); $7 is the time (NULL: now()).
+var heartbeatTask = `UPDATE tasks t SET
+	lease_expires_at = least(coalesce($7::timestamptz, now()) + $4 * interval '1 millisecond', t.deadline_at),
+	heartbeat_at = coalesce($7::timestamptz, now()),
 	progress = CASE WHEN $5::bool THEN $6::jsonb ELSE t.progress END
-WHERE ` + leaseHeld + `
+WHERE ` + leaseHeld("$7") + `
 RETURNING t.lease_expires_at, t.cancel_requested`
 
 // heartbeatTasks is heartbeatTask for a batch of ($1 ids, $2 tokens) held by
-// worker $3, in one statement; it leaves progress alone.
+// worker $3, in one statement, at time $5 (NULL: now()); it leaves progress alone.
 const heartbeatTasks = `UPDATE tasks t SET
-	lease_expires_at = least(now() + $4 * interval '1 millisecond', t.deadline_at),
-	heartbeat_at = now()
+	lease_expires_at = least(coalesce($5::timestamptz, now()) + $4 * interval '1 millisecond', t.deadline_at),
+	heartbeat_at = coalesce($5::timestamptz, now())
 FROM unnest($1::uuid[], $2::uuid[]) AS h(id, token)
 WHERE t.id = h.id AND t.lease_token = h.token AND t.claimed_by = $3
-	AND t.status = 'executing' AND t.lease_expires_at > now()
+	AND t.status = 'executing' AND t.lease_expires_at > coalesce($5::timestamptz, now())
 RETURNING t.id, t.lease_expires_at, t.cancel_requested`
 
 const upsertWorker = `INSERT INTO workers (id, queues, last_heartbeat_at) VALUES ($1, $2, now())
@@ -309,20 +321,22 @@ ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
 
 // ackTasks acks a batch: each input row (task, token, worker, result) whose lease is
 // held marks its task done and its attempt succeeded. Rows whose lease is not held
-// change nothing and are simply absent from the result. The dependents of workflow
-// steps it finishes are unblocked in the same statement (stepsDone).
+// change nothing and are simply absent from the result; $5 is the time (NULL:
+// now()). The dependents of workflow steps it finishes are unblocked in the same
+// statement (stepsDone).
 var ackTasks = `WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
 ), ` + workflowLockForIDs + `, acked AS (
-	UPDATE tasks t SET status = 'done', result = i.result::jsonb, finished_at = now(), updated_at = now(),
+	UPDATE tasks t SET status = 'done', result = i.result::jsonb,
+		finished_at = coalesce($5::timestamptz, now()), updated_at = coalesce($5::timestamptz, now()),
 		lease_expires_at = NULL, deadline_at = NULL
 	FROM input i
 	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
-		AND t.status = 'executing' AND t.lease_expires_at > now()
+		AND t.status = 'executing' AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND (SELECT count(*) FROM wf_locked) >= 0
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
-	UPDATE attempts a SET status = 'succeeded', finished_at = now()
+	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
 	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
 )` + stepsDone("acked") + `
 SELECT ` + taskColumns + ` FROM acked, woken`
@@ -334,25 +348,25 @@ const backoffMs = `least(q.backoff_base_ms * power(2::float8, t.attempts - 1)
 
 // nackTask ends the current attempt as failed (or cancelled, when a cancel was
 // requested) and moves the task to retry, dead or cancelled; a workflow step that
-// ends dead or cancelled ends its workflow (stepsEnded).
+// ends dead or cancelled ends its workflow (stepsEnded). $7 is the time (NULL: now()).
 var nackTask = `WITH ` + workflowLockForID + `, cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
 			WHEN NOT $4 OR t.attempts - t.releases > t.max_retries THEN 'dead'
 			ELSE 'retry' END AS next_status,
-		now() + coalesce($5::float8, ` + backoffMs + `) * interval '1 millisecond' AS retry_at
+		coalesce($7::timestamptz, now()) + coalesce($5::float8, ` + backoffMs + `) * interval '1 millisecond' AS retry_at
 	FROM tasks t JOIN queues q ON q.name = t.queue
-	WHERE ` + leaseHeld + ` AND (SELECT count(*) FROM wf_locked) >= 0
+	WHERE ` + leaseHeld("$7") + ` AND (SELECT count(*) FROM wf_locked) >= 0
 	FOR UPDATE OF t
 ), nacked AS (
-	UPDATE tasks t SET status = cur.next_status, last_error = $6, updated_at = now(),
+	UPDATE tasks t SET status = cur.next_status, last_error = $6, updated_at = coalesce($7::timestamptz, now()),
 		lease_expires_at = NULL, deadline_at = NULL,
 		scheduled_at = CASE WHEN cur.next_status = 'retry' THEN cur.retry_at ELSE t.scheduled_at END,
-		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
+		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE coalesce($7::timestamptz, now()) END
 	FROM cur WHERE t.id = cur.id
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
-	UPDATE attempts a SET finished_at = now(), error = $6,
+	UPDATE attempts a SET finished_at = coalesce($7::timestamptz, now()), error = $6,
 		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
 	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
 )` + stepsEnded("nacked") + `
@@ -361,23 +375,25 @@ SELECT ` + taskColumns + ` FROM nacked`
 // releaseTask ends the current attempt as released, not counted against the retry
 // budget, and puts the task back in line where it was (pending, its scheduled_at
 // unchanged, so it keeps its place), or cancels it when a cancel was requested.
-// With a delay of $5 ms (a snooze) the task is due no earlier than now() + $5.
+// With a delay of $5 ms (a snooze) the task is due no earlier than now + $5; $6 is
+// the time (NULL: now()).
 var releaseTask = `WITH ` + workflowLockForID + `, cur AS (
 	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
 	FROM tasks t
-	WHERE ` + leaseHeld + ` AND (SELECT count(*) FROM wf_locked) >= 0
+	WHERE ` + leaseHeld("$6") + ` AND (SELECT count(*) FROM wf_locked) >= 0
 	FOR UPDATE OF t
 ), released AS (
-	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = now(),
+	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = coalesce($6::timestamptz, now()),
 		lease_expires_at = NULL, deadline_at = NULL,
 		releases = t.releases + CASE WHEN cur.next_status = 'pending' THEN 1 ELSE 0 END,
 		scheduled_at = CASE WHEN cur.next_status = 'pending' AND $5::bigint IS NOT NULL
-			THEN greatest(t.scheduled_at, now() + $5 * interval '1 millisecond') ELSE t.scheduled_at END,
-		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE now() END
+			THEN greatest(t.scheduled_at, coalesce($6::timestamptz, now()) + $5 * interval '1 millisecond')
+			ELSE t.scheduled_at END,
+		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE coalesce($6::timestamptz, now()) END
 	FROM cur WHERE t.id = cur.id
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
-	UPDATE attempts a SET finished_at = now(), error = $4,
+	UPDATE attempts a SET finished_at = coalesce($6::timestamptz, now()), error = $4,
 		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
 	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
 )` + stepsEnded("released") + `
@@ -386,37 +402,38 @@ SELECT ` + taskColumns + ` FROM released`
 // reclaimExpired ends up to $1 attempts whose lease (which never outlives the
 // attempt's deadline) has expired: timed_out when the deadline passed, abandoned
 // otherwise, cancelled when a cancel was requested. The task retries while budget
-// remains, else it is dead. SKIP LOCKED lets several watchdogs run at once.
+// remains, else it is dead. $2 is the time (NULL: now()). SKIP LOCKED lets several
+// watchdogs run at once.
 var reclaimExpired = `WITH cur AS (
 	SELECT t.id,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
 			WHEN t.attempts - t.releases > t.max_retries THEN 'dead'
 			ELSE 'retry' END AS next_status,
 		CASE WHEN t.cancel_requested THEN 'cancelled'
-			WHEN t.deadline_at <= now() THEN 'timed_out'
+			WHEN t.deadline_at <= coalesce($2::timestamptz, now()) THEN 'timed_out'
 			ELSE 'abandoned' END AS outcome,
-		now() + ` + backoffMs + ` * interval '1 millisecond' AS retry_at
+		coalesce($2::timestamptz, now()) + ` + backoffMs + ` * interval '1 millisecond' AS retry_at
 	FROM tasks t JOIN queues q ON q.name = t.queue
-	WHERE t.status = 'executing' AND t.lease_expires_at <= now()
+	WHERE t.status = 'executing' AND t.lease_expires_at <= coalesce($2::timestamptz, now())
 	ORDER BY t.lease_expires_at
 	LIMIT $1
 	FOR UPDATE OF t SKIP LOCKED
 ), ended AS (
-	UPDATE tasks t SET status = cur.next_status, updated_at = now(),
+	UPDATE tasks t SET status = cur.next_status, updated_at = coalesce($2::timestamptz, now()),
 		last_error = CASE cur.outcome
 			WHEN 'timed_out' THEN 'attempt timed out after ' || t.timeout_seconds || ' s'
 			WHEN 'abandoned' THEN 'lease expired: worker ' || t.claimed_by || ' stopped heartbeating'
 			ELSE t.last_error END,
 		lease_expires_at = NULL, deadline_at = NULL,
 		scheduled_at = CASE WHEN cur.next_status = 'retry' THEN cur.retry_at ELSE t.scheduled_at END,
-		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE now() END
+		finished_at = CASE WHEN cur.next_status = 'retry' THEN NULL ELSE coalesce($2::timestamptz, now()) END
 	FROM cur WHERE t.id = cur.id
 	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
 		-- attempts claimed before migration 0003 have no start on the task row
 		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at,
 		t.workflow_id, t.step
 ), recorded AS (
-	UPDATE attempts a SET status = ended.outcome, finished_at = now(), error = ended.last_error
+	UPDATE attempts a SET status = ended.outcome, finished_at = coalesce($2::timestamptz, now()), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
 )` + stepsEnded("ended") + `
 SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at, workflow_id, step FROM ended`

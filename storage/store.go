@@ -27,7 +27,11 @@ const StatsWindow = time.Minute
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool   *pgxpool.Pool
-	sealer *sealer.Sealer // nil: payloads, results and error texts are stored in clear
+	sealer *sealer.Sealer   // nil: payloads, results and error texts are stored in clear
+	clock  func() time.Time // nil: the database's now() (see WithClock)
+	// bulkDuty is the share of its time a bulk operation spends in batches, in
+	// (0, 1]: DefaultBulkDuty unless WithBulkDuty says otherwise.
+	bulkDuty float64
 }
 
 // Option configures a Store.
@@ -37,10 +41,36 @@ type Option func(*Store)
 // write and opened after every read, so callers only ever see plain JSON.
 func WithSealer(x *sealer.Sealer) Option { return func(s *Store) { s.sealer = x } }
 
+// DefaultBulkDuty is the share of its time a bulk cancel or discard spends
+// writing batches; it rests the remainder (see WithBulkDuty).
+const DefaultBulkDuty = 0.5
+
+// WithBulkDuty makes bulk cancels and discards spend at most duty of their time
+// writing batches (0 < duty ≤ 1; 1 writes them back to back) and rest the
+// remainder, so that the WAL they write leaves room for other queues' commits. Out
+// of range values are the default.
+func WithBulkDuty(duty float64) Option {
+	return func(s *Store) {
+		if duty > 0 && duty <= 1 {
+			s.bulkDuty = duty
+		}
+	}
+}
+
+// WithClock makes now() the time the statements that compute or compare lease
+// expiries and due times run at (claim, heartbeat, ack, nack, release, reclaim,
+// dispatch, the sweep and the repair pass), instead of the database's now(), so
+// that a test sets the clock rather than sleeping until a lease expires or a
+// retry is due. A zero time from now means the database's now() for that call.
+// Production stores leave it unset. Statements that only say how long to wait
+// (NextDue, NewlyDue, NextLeaseExpiry) and Now keep the database clock: they feed
+// wall-clock timers.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.clock = now } }
+
 // New returns a Store on pool. The pool should be opened with Connect (or have
 // ConfigureConn applied) so that times come back in UTC.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, bulkDuty: DefaultBulkDuty}
 	for _, o := range opts {
 		o(s)
 	}
@@ -207,6 +237,16 @@ func one[T any](rows pgx.Rows, err error, notFound error) (T, error) {
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// now is the time argument of the statements that take one: the clock's time, or
+// nil (SQL NULL, which they read as the database's now()) without a clock or when
+// it reads zero.
+func (s *Store) now() *time.Time {
+	if s.clock == nil {
+		return nil
+	}
+	return optional(s.clock())
+}
 
 // optional returns nil for the zero value, so it binds as SQL NULL.
 func optional[T comparable](v T) *T {

@@ -185,7 +185,7 @@ func readStats(ctx context.Context, tx pgx.Tx, queues []string) (map[string]Stat
 			}
 		}
 		out[q] = st
-		if st.Depth[StatusPending]+st.Depth[StatusRetry]+st.Depth[StatusClaimed] > 0 {
+		if st.Depth[StatusPending]+st.Depth[StatusRetry]+st.Depth[StatusBuffered] > 0 {
 			backlog = append(backlog, q)
 		}
 	}

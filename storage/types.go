@@ -14,8 +14,12 @@ const (
 	StatusPending = "pending"
 	// StatusBlocked: a workflow step waiting for the steps it depends on; never
 	// dispatched, it becomes pending when the last of them is done.
-	StatusBlocked   = "blocked"
-	StatusClaimed   = "claimed"
+	StatusBlocked = "blocked"
+	// StatusBuffered: dispatched into the Redis buffer, waiting for a worker's
+	// poll. The API and the database call it "claimed" (a public status string,
+	// kept); code says buffered, and keeps "claim" for a worker taking a task
+	// (buffered → executing).
+	StatusBuffered  = "claimed"
 	StatusExecuting = "executing"
 	StatusRetry     = "retry"
 	StatusDone      = "done"
@@ -23,8 +27,14 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// StatusClaimed is the old name of StatusBuffered.
+//
+// Deprecated: use StatusBuffered; kept so that branches written before the
+// rename still build once merged.
+const StatusClaimed = StatusBuffered
+
 // Statuses lists every task status, in lifecycle order.
-var Statuses = []string{StatusPending, StatusBlocked, StatusClaimed, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
+var Statuses = []string{StatusPending, StatusBlocked, StatusBuffered, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
 
 // Attempt outcomes.
 const (

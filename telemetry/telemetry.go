@@ -141,7 +141,7 @@ func (t *Telemetry) Transition(tr Transition) {
 		case "executing":
 			t.releases.WithLabelValues(tr.Queue).Inc()
 		}
-	case "claimed":
+	case "claimed": // buffered: the status string of a task dispatched into Redis
 		t.dispatched.WithLabelValues(tr.Queue).Inc()
 	case "executing":
 		if !tr.Eligible.IsZero() {

@@ -79,7 +79,10 @@ func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.St
 func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
 	t.Parallel()
 	s := executing(t, 600, 3, time.Millisecond)
-	time.Sleep(5 * time.Millisecond) // let the 1 ms leases expire on the database clock
+	// The watchdogs look a second ahead of the database clock, past the 1 ms leases.
+	var clock testenv.Clock
+	clock.SetAhead(t, s, time.Second)
+	s = testenv.Clocked(s, &clock)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	seen := map[uuid.UUID]int{}

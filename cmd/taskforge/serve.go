@@ -88,6 +88,11 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_PUSH_CONCURRENCY: %w", err))
 	}
 	fs.IntVar(&c.Push.Concurrency, "push-concurrency", pushConcurrency, "push requests in flight on this replica, over all push queues ($TASKFORGE_PUSH_CONCURRENCY)")
+	bulkDuty, err := strconv.ParseFloat(envOr("TASKFORGE_BULK_DUTY", "0.5"), 64)
+	if err != nil {
+		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_BULK_DUTY: %w", err))
+	}
+	fs.Float64Var(&c.BulkDuty, "bulk-duty", bulkDuty, "share of its time a bulk cancel or discard spends writing batches, above 0 and at most 1; it rests the remainder ($TASKFORGE_BULK_DUTY)")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", envOr("TASKFORGE_REDIS_PREFIX", "taskforge"), "prefix of every Redis key ($TASKFORGE_REDIS_PREFIX)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "do not apply pending migrations at start")
 	f.durationVar(fs, &c.Retention, "retention", "TASKFORGE_RETENTION", 7*24*time.Hour, "how long done and cancelled tasks are kept")

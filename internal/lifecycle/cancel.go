@@ -61,7 +61,7 @@ func (l *Lifecycle) CancelMany(ctx context.Context, queue string, sel CancelSele
 			}
 			cancelled++
 			ended = append(ended, t.ID)
-			if t.FromStatus == storage.StatusClaimed {
+			if t.FromStatus == storage.StatusBuffered {
 				buffered = append(buffered, t.ID)
 			}
 			l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
@@ -109,7 +109,7 @@ func (l *Lifecycle) stepsCancelled(ctx context.Context, changed []storage.Cancel
 			continue // the worker hears of it on its next heartbeat
 		}
 		ended = append(ended, t.ID)
-		if t.FromStatus == storage.StatusClaimed {
+		if t.FromStatus == storage.StatusBuffered {
 			buffered[t.Queue] = append(buffered[t.Queue], t.ID)
 		}
 		tr := telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: t.FromStatus, To: storage.StatusCancelled,

@@ -85,7 +85,7 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 		}
 		for _, t := range claimed {
 			l.tel.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
-				From: storage.StatusClaimed, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
+				From: storage.StatusBuffered, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
 			l.tel.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
 		}
 		out = append(out, claimed...)

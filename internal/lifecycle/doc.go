@@ -6,7 +6,7 @@
 //
 //	Enqueue            new → pending, and SubmitWorkflow for a workflow's steps
 //	                   (enqueue.go)
-//	Dispatch           pending or retry → claimed (buffered): the statement, then
+//	Dispatch           pending or retry → buffered: the statement, then
 //	                   the buffer's ZADD, for the dispatcher (dispatch.go)
 //	FireDueSchedule    a schedule's tick → a new pending task, for the scheduler;
 //	TriggerSchedule    the same outside the cadence, for the API (schedule.go)

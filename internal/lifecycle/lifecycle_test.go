@@ -57,13 +57,16 @@ type bundle struct {
 	rdb   *redis.Client
 	wake  *waker
 	disp  *dispatcher.Dispatcher
+	// clock is the store's: zero (the database's now()) until a test sets it.
+	clock *testenv.Clock
 }
 
 // setup returns a lifecycle on a database and a Redis key prefix of the test's own,
 // with one queue "q" that runs one task at a time and retries at once.
 func setup(t *testing.T) bundle {
 	t.Helper()
-	store := testenv.NewStore(t)
+	clock := &testenv.Clock{}
+	store := testenv.Clocked(testenv.NewStore(t), clock)
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	buf := buffer.New(rdb, testenv.RedisPrefix(t))
@@ -74,7 +77,7 @@ func setup(t *testing.T) bundle {
 	w := &waker{}
 	lc := lifecycle.New(store, buf, w, lifecycle.Config{LowWater: 10}, quiet)
 	return bundle{lc: lc, store: store, buf: buf, rdb: rdb, wake: w,
-		disp: dispatcher.New(store, buf, lc, nil, dispatcher.Config{}, quiet)}
+		disp: dispatcher.New(store, buf, lc, nil, dispatcher.Config{}, quiet), clock: clock}
 }
 
 // enqueue adds n tasks to q and mirrors them into the buffer, as the dispatcher does.
@@ -216,13 +219,10 @@ func TestReclaimNackAndReplay(t *testing.T) {
 	if err != nil || len(lost) != 1 {
 		t.Fatalf("claim: %d %v", len(lost), err)
 	}
-	var reclaimed []storage.Reclaimed
-	deadline := time.Now().Add(5 * time.Second)
-	for len(reclaimed) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // the lease expires on the database clock
-		if reclaimed, err = b.lc.Reclaim(ctx, 10); err != nil {
-			t.Fatal(err)
-		}
+	b.clock.SetAhead(t, b.store, time.Second) // past the 50 ms lease
+	reclaimed, err := b.lc.Reclaim(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(reclaimed) != 1 || reclaimed[0].TaskID != ids[0] || reclaimed[0].Status != storage.StatusRetry {
 		t.Fatalf("reclaimed %+v, want the first task sent to retry", reclaimed)

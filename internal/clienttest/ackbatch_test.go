@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -73,9 +73,10 @@ func TestWorkerAcksRideOnPolls(t *testing.T) {
 	if _, err := c.EnqueueBatch(ctx, "q", tasks); err != nil {
 		t.Fatal(err)
 	}
-	w := worker(c, "rider", 1)
 	var handled, parked atomic.Int32
-	client.SetOnPark(w, func() { parked.Add(1) })
+	cfg := workerConfig("rider", 1)
+	cfg.OnPark = func() { parked.Add(1) }
+	w := client.NewWorker(c, cfg)
 	w.Handle("q", func(_ context.Context, job *client.Job) error {
 		// Return once the worker holds its next task and its poller has parked
 		// (every slot and the prefetch room taken), as it is when handlers outlast

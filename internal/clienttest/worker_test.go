@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -148,7 +148,7 @@ func TestWorkerRecoversPanic(t *testing.T) {
 		t.Fatalf("attempts %+v", h)
 	}
 	msg := *h[0].Error
-	for _, want := range []string{"panic: runtime error: invalid memory address or nil pointer dereference", "goroutine ", "client_test.panicky(", "worker_test.go:"} {
+	for _, want := range []string{"panic: runtime error: invalid memory address or nil pointer dereference", "goroutine ", "clienttest_test.panicky(", "worker_test.go:"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("attempt error lacks %q:\n%s", want, msg)
 		}

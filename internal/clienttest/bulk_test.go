@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/internal/testserver"
 )
 
 func TestWaitTaskAndBulkOperations(t *testing.T) {
@@ -17,14 +18,23 @@ func TestWaitTaskAndBulkOperations(t *testing.T) {
 
 	// WaitTask returns once a worker acks, on the transition, not by polling.
 	task := must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: 1}))
+	type waited struct {
+		task *client.Task
+		err  error
+	}
+	waitDone := make(chan waited, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		p := s.Poll("w", []string{"q"}, 1, 5000)
-		if len(p) == 1 {
-			s.Ack("w", p[0])
-		}
+		got, err := c.WaitTask(ctx, "q", task.ID)
+		waitDone <- waited{got, err}
 	}()
-	got := must[*client.Task](t)(c.WaitTask(ctx, "q", task.ID))
+	// Ack once WaitTask waits on the replica, so that the ack's transition is what
+	// ends the wait.
+	testserver.Eventually(t, 10*time.Second, "WaitTask waiting", func() bool { return s.Server.Lifecycle.Waiting() == 1 })
+	if p := s.Poll("w", []string{"q"}, 1, 5000); len(p) != 1 || s.Ack("w", p[0]).Status != 200 {
+		t.Fatalf("poll and ack: %+v", p)
+	}
+	w := <-waitDone
+	got := must[*client.Task](t)(w.task, w.err)
 	if got.Status != client.StatusDone || len(got.AttemptHistory) != 1 {
 		t.Fatalf("WaitTask: %s with %d attempts", got.Status, len(got.AttemptHistory))
 	}

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -78,8 +78,13 @@ func (r *running) stop(t *testing.T, timeout time.Duration) (time.Duration, erro
 
 // worker returns a Worker with test settings for c.
 func worker(c *client.Client, id string, concurrency int) *client.Worker {
-	return client.NewWorker(c, client.WorkerConfig{ID: id, Concurrency: concurrency, PollWait: 2 * time.Second,
-		ShutdownGrace: 2 * time.Second, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: logger()})
+	return client.NewWorker(c, workerConfig(id, concurrency))
+}
+
+// workerConfig is the configuration worker uses, for tests that add to it.
+func workerConfig(id string, concurrency int) client.WorkerConfig {
+	return client.WorkerConfig{ID: id, Concurrency: concurrency, PollWait: 2 * time.Second,
+		ShutdownGrace: 2 * time.Second, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: logger()}
 }
 
 // waitTask polls the task until cond holds and returns it.

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"bytes"
@@ -107,8 +107,7 @@ func TestLeaseEstimateWithInjectedClock(t *testing.T) {
 
 	clock := &fakeClock{now: time.Now()}
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-clock", Concurrency: 1, PollWait: time.Second,
-		ShutdownGrace: -1, Logger: logger()})
-	client.SetWorkerClock(w, clock.Now, clock.After)
+		ShutdownGrace: -1, Logger: logger(), Clock: clock})
 	started := make(chan struct{})
 	cause := make(chan error, 1)
 	w.Handle("q", func(ctx context.Context, _ *client.Job) error {
@@ -243,8 +242,7 @@ func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
 	}
 	clock := &fakeClock{now: time.Now()}
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-batch", Concurrency: 5, PollWait: time.Second,
-		ShutdownGrace: -1, Logger: logger()})
-	client.SetWorkerClock(w, clock.Now, clock.After)
+		ShutdownGrace: -1, Logger: logger(), Clock: clock})
 	var running atomic.Int32
 	release := make(chan struct{})
 	w.Handle("q", func(ctx context.Context, _ *client.Job) error {

@@ -1,0 +1,233 @@
+// Package wire holds the JSON bodies of TaskForge's HTTP API that more than one
+// side encodes or decodes: the task as the API shows it, and the requests and
+// answers of the worker protocol (poll, heartbeat, ack, nack, release, and their
+// batch forms). The server (package api) encodes its answers and decodes the
+// worker protocol's requests with these types, the Go SDK (package client)
+// does the reverse, and the server's tests (internal/testserver) read answers
+// with them, so the three cannot drift apart. api/openapi.yaml is the contract
+// they follow; the server's tests check every request and answer against it.
+//
+// Ids and lease tokens are UUIDs in their canonical text form, held as strings:
+// the package needs nothing beyond the standard library, and a server parses
+// them where it checks a request. Optional integers are pointers, so that a
+// server can tell an absent field from zero.
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task is the API's task object: what an enqueue, GET /queues/:name/tasks/:id,
+// a listing, an ack, a nack, a release, a cancel or a replay answers.
+// AttemptHistory is present in a single task's GET only, and DiedAt in the
+// dead-letter listing only.
+type Task struct {
+	ID              string          `json:"id"`
+	Queue           string          `json:"queue"`
+	Payload         json.RawMessage `json:"payload"`
+	Priority        int             `json:"priority"`
+	Status          string          `json:"status"`
+	ScheduledAt     time.Time       `json:"scheduled_at"`
+	Attempts        int             `json:"attempts"`
+	MaxRetries      int             `json:"max_retries"`
+	TimeoutSeconds  *int            `json:"timeout_seconds"`
+	IdempotencyKey  *string         `json:"idempotency_key"`
+	LastError       *string         `json:"last_error"`
+	Result          json.RawMessage `json:"result"`
+	ClaimedBy       *string         `json:"claimed_by"`
+	HeartbeatAt     *time.Time      `json:"heartbeat_at"`
+	LeaseExpiresAt  *time.Time      `json:"lease_expires_at"`
+	CancelRequested bool            `json:"cancel_requested"`
+	ReplayedFrom    *string         `json:"replayed_from"`
+	ReplayCount     int             `json:"replay_count"`
+	ReplayedAt      *time.Time      `json:"replayed_at"`
+	// Releases counts attempts handed back by stopping workers; they do not spend
+	// the retry budget, so a task runs at most MaxRetries + 1 + Releases times.
+	Releases   int        `json:"releases"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+
+	// Progress is the last progress the worker reported for the current or last
+	// attempt; null until one is, and again once the next attempt starts.
+	Progress json.RawMessage `json:"progress"`
+	// Schedule names the schedule whose tick (or trigger) created the task; nil
+	// for tasks enqueued directly.
+	Schedule *string `json:"schedule"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID *string `json:"workflow_id"`
+	Step       *string `json:"step"`
+
+	// DiedAt is when a dead task died (the dead-letter listing only; omitted
+	// when nil).
+	DiedAt *time.Time `json:"died_at,omitzero"`
+	// AttemptHistory is every attempt, oldest first (a single task's GET only;
+	// omitted when nil, present as [] when the task has no attempt yet).
+	AttemptHistory []Attempt `json:"attempt_history,omitzero"`
+}
+
+// Attempt is one execution of a task, as attempt_history reports it.
+type Attempt struct {
+	Attempt    int        `json:"attempt"`
+	WorkerID   string     `json:"worker_id"`
+	Status     string     `json:"status"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Error      *string    `json:"error"`
+}
+
+// ErrorDetail is the inside of an error body ({"error": {...}}), and the error of
+// one item of a batch's answer.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// PollRequest is the body of POST /workers/poll.
+type PollRequest struct {
+	WorkerID string   `json:"worker_id"`
+	Queues   []string `json:"queues"`
+	// MaxTasks is 1..100; absent means 1.
+	MaxTasks *int `json:"max_tasks,omitempty"`
+	// WaitMs is how long the server may hold the poll for its first task
+	// (0..30000); absent means 0.
+	WaitMs *int `json:"wait_ms,omitempty"`
+	// Prefetch asks only for tasks of queues without a concurrency cap: tasks the
+	// worker will hold until a slot frees.
+	Prefetch bool `json:"prefetch,omitempty"`
+	// Acks (up to 100) are committed before the poll claims anything. A poll
+	// carrying acks does not wait for work.
+	Acks []AckItem `json:"acks,omitempty"`
+}
+
+// PollResponse is the answer to a poll.
+type PollResponse struct {
+	Tasks []PolledTask `json:"tasks"`
+	// RetryAfterMs, on an empty answer, is when a rate-limited queue that holds
+	// waiting work next has a token; omitted when there is none.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
+	// Acks are the outcomes of the request's acks, in order (Task is never set
+	// here); omitted when the poll carried none.
+	Acks []AckResult `json:"acks,omitempty"`
+}
+
+// PolledTask is a task a poll hands to a worker, under a lease.
+type PolledTask struct {
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	Payload  json.RawMessage `json:"payload"`
+	Priority int             `json:"priority"`
+	// Attempt is the 1-based attempt number: a monotonic fencing token for the
+	// worker's own side effects.
+	Attempt int `json:"attempt"`
+	// LeaseToken identifies this claim; heartbeats, acks and nacks must carry it.
+	LeaseToken          string    `json:"lease_token"`
+	LeaseExpiresAt      time.Time `json:"lease_expires_at"`
+	HeartbeatIntervalMs int64     `json:"heartbeat_interval_ms"`
+	TimeoutSeconds      *int      `json:"timeout_seconds"`
+	// Traceparent is the W3C trace context of the enqueue, when it had one.
+	Traceparent *string `json:"traceparent"`
+	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
+	WorkflowID *string `json:"workflow_id"`
+	Step       *string `json:"step"`
+}
+
+// AckItem is one ack of POST /workers/ack/batch, or of a poll.
+type AckItem struct {
+	TaskID     string          `json:"task_id"`
+	LeaseToken string          `json:"lease_token"`
+	Result     json.RawMessage `json:"result,omitempty"`
+}
+
+// AckBatchRequest is the body of POST /workers/ack/batch.
+type AckBatchRequest struct {
+	WorkerID string    `json:"worker_id"`
+	Acks     []AckItem `json:"acks"`
+}
+
+// AckBatchResponse is the answer to POST /workers/ack/batch.
+type AckBatchResponse struct {
+	Results []AckResult `json:"results"`
+}
+
+// AckResult is the outcome of one ack of a batch or a poll: no Error means
+// acked. A batch's answer carries the done Task; a poll's does not.
+type AckResult struct {
+	TaskID string       `json:"task_id"`
+	Task   *Task        `json:"task,omitempty"`
+	Error  *ErrorDetail `json:"error,omitempty"`
+}
+
+// LeaseRequest names a worker and, optionally, one lease it holds: the fields
+// POST /workers/heartbeat, /ack, /nack and /release share.
+type LeaseRequest struct {
+	WorkerID   string `json:"worker_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	LeaseToken string `json:"lease_token,omitempty"`
+}
+
+// HeartbeatRequest is the body of POST /workers/heartbeat. Without a task it
+// only records the worker as alive.
+type HeartbeatRequest struct {
+	LeaseRequest
+	// Progress, when present, replaces the attempt's progress; JSON null clears it.
+	Progress json.RawMessage `json:"progress,omitempty"`
+}
+
+// HeartbeatResponse is the answer to a heartbeat; LeaseExpiresAt is null for a
+// heartbeat without a task.
+type HeartbeatResponse struct {
+	LeaseExpiresAt  *time.Time `json:"lease_expires_at"`
+	CancelRequested bool       `json:"cancel_requested"`
+}
+
+// LeaseRef names one lease of a batch heartbeat.
+type LeaseRef struct {
+	TaskID     string `json:"task_id"`
+	LeaseToken string `json:"lease_token"`
+}
+
+// HeartbeatBatchRequest is the body of POST /workers/heartbeat/batch.
+type HeartbeatBatchRequest struct {
+	WorkerID string     `json:"worker_id"`
+	Leases   []LeaseRef `json:"leases"`
+}
+
+// HeartbeatBatchResponse is the answer to POST /workers/heartbeat/batch.
+type HeartbeatBatchResponse struct {
+	Leases []LeaseResult `json:"leases"`
+}
+
+// LeaseResult is one lease of a batch heartbeat's answer: the extended lease, or
+// the Error the single heartbeat would have returned.
+type LeaseResult struct {
+	TaskID          string       `json:"task_id"`
+	LeaseExpiresAt  *time.Time   `json:"lease_expires_at,omitempty"`
+	CancelRequested *bool        `json:"cancel_requested,omitempty"`
+	Error           *ErrorDetail `json:"error,omitempty"`
+}
+
+// AckRequest is the body of POST /workers/ack; the answer is the done Task.
+type AckRequest struct {
+	LeaseRequest
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// NackRequest is the body of POST /workers/nack; the answer is the Task.
+type NackRequest struct {
+	LeaseRequest
+	Error string `json:"error"`
+	// Retryable false sends the task to the dead-letter queue; absent means true.
+	Retryable *bool `json:"retryable,omitempty"`
+	// RetryAfterMs, when present, replaces the queue's backoff for the next attempt.
+	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /workers/release; the answer is the Task.
+type ReleaseRequest struct {
+	LeaseRequest
+	Reason string `json:"reason"`
+	// DelayMs, when present, snoozes the task: it is due again after this delay.
+	DelayMs *int64 `json:"delay_ms,omitempty"`
+}
