@@ -77,7 +77,23 @@ const (
 // dispatcher's repair, and no go-redis method that writes (api's wake-up listener
 // may subscribe to the buffer's channels, server may read Redis's settings).
 func TestTransitionsGoThroughLifecycle(t *testing.T) {
-	calls := loadCalls(t, callers)
+	calls, imp := loadCalls(t, callers)
+	// Every name listed must be a method of its type, or the list has rotted.
+	for _, l := range []struct {
+		pkg, typ string
+		methods  []string
+	}{{storePkg, "Store", transitions}, {bufferPkg, "Buffer", followUps}} {
+		pkg, err := imp.Import(l.pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := types.NewMethodSet(types.NewPointer(pkg.Scope().Lookup(l.typ).Type()))
+		for _, m := range l.methods {
+			if ms.Lookup(pkg, m) == nil {
+				t.Errorf("%s.(*%s) has no method %s: update the list", l.pkg, l.typ, m)
+			}
+		}
+	}
 	var bad []string
 	for _, c := range calls {
 		switch {
@@ -117,7 +133,7 @@ type call struct {
 // loadCalls type-checks the non-test files of pkgs (relative to the module root)
 // against the export data of their dependencies and returns every method call they
 // make on a named type.
-func loadCalls(t *testing.T, pkgs []string) []call {
+func loadCalls(t *testing.T, pkgs []string) ([]call, types.Importer) {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -220,7 +236,7 @@ func loadCalls(t *testing.T, pkgs []string) []call {
 			}
 		}
 	}
-	return calls
+	return calls, imp
 }
 
 // funcName is Func, or (*T).Method / T.Method for a method.
