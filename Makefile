@@ -30,7 +30,7 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd client && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
-	cd bench/peers && $(GO) vet ./...
+	cd internal/bench/peers && $(GO) vet ./...
 
 openapi: ## Check that api/openapi.yaml is valid OpenAPI 3.1 (no database needed; `make test` also checks routes and traffic against it)
 	$(GO) test -count=1 -run '^TestLoad$$' ./internal/contract
@@ -56,7 +56,7 @@ compose-up: ## Build the image and start the compose deployment; waits until it 
 compose-down: ## Stop the compose deployment, keeping its volumes (COMPOSE_DOWN_FLAGS=-v deletes them)
 	$(COMPOSE) down $(COMPOSE_DOWN_FLAGS)
 
-# End-to-end benchmarks (bench/, docs/benchmarks.md): `taskforge bench` starts its own
+# End-to-end benchmarks (internal/bench/, docs/benchmarks.md): `taskforge bench` starts its own
 # serve and reference worker processes against the local PostgreSQL and Redis (or
 # DATABASE_URL / REDIS_URL), each step in a fresh database. About 15 minutes with the
 # defaults; BENCH_FLAGS="--runs 1 --experiments e1,latency" for a quick look.
@@ -100,7 +100,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
 	@set -e; for t in $(API_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./api/; done; \
 	  for t in $(BUFFER_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./buffer/; done
 
-# River and Asynq on E1, E2, latency and enqueue round trips (bench/peers, a module
+# River and Asynq on E1, E2, latency and enqueue round trips (internal/bench/peers, a module
 # of its own so that TaskForge never depends on them), against the same local
 # PostgreSQL and Redis; run it beside bench-e2e and compare as ratios.
 PEERS_JSON  ?= bin/peers-results.json
@@ -110,4 +110,4 @@ PEERS_FLAGS ?=
 
 bench-peers: ## River and Asynq on TaskForge's workloads; table on stdout, figures in $(PEERS_JSON)
 	mkdir -p bin
-	cd bench/peers && $(GO) run . --json $(CURDIR)/$(PEERS_JSON) $(PEERS_FLAGS)
+	cd internal/bench/peers && $(GO) run . --json $(CURDIR)/$(PEERS_JSON) $(PEERS_FLAGS)

@@ -95,8 +95,8 @@ func reschedule(sch *storage.Schedule, now time.Time) error {
 }
 
 func (s *Server) scheduleChanged() {
-	if s.OnScheduleChange != nil {
-		s.OnScheduleChange()
+	if s.cfg.Scheduler != nil {
+		s.cfg.Scheduler.Wake()
 	}
 }
 

@@ -54,6 +54,16 @@ type Config struct {
 	// Audit, when set, runs after Auth on every request (package audit records the
 	// operator actions among them).
 	Audit gin.HandlerFunc
+	// Scheduler, when set, is told when a schedule is created or changed, so that
+	// the replica's scheduler re-plans its sleep at once; other replicas' schedulers
+	// see the change within their longest pause.
+	Scheduler ScheduleWaker
+}
+
+// ScheduleWaker is told of schedule changes; *scheduler.Scheduler is one.
+type ScheduleWaker interface {
+	// Wake has the scheduler look for due schedules at once and re-plan its sleep.
+	Wake()
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -77,9 +87,6 @@ type Server struct {
 	hub    *wakeHub
 	limits *ratelimit.Settings // the lifecycle's
 	engine *gin.Engine
-	// OnScheduleChange, when set, is called when a schedule is created or changed, so
-	// the replica's scheduler re-plans its sleep at once.
-	OnScheduleChange func()
 
 	seenMu sync.Mutex
 	seen   map[string]time.Time // worker id → when this replica last recorded it

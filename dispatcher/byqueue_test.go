@@ -38,7 +38,7 @@ func runDispatcher(t *testing.T, b bundle, cfg dispatcher.Config) (*dispatcher.D
 	passes := make(chan dispatcher.Pass, 100)
 	cfg.OnPass = func(p dispatcher.Pass) { passes <- p }
 	cfg.NoListen = true // no LISTEN (re)connect and its sweep: the tests' wake-ups are their own
-	d := dispatcher.New(b.store, b.buf, cfg, quiet)
+	d := newDispatcher(b.store, b.buf, cfg, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -154,7 +154,7 @@ func TestRepairPagesThroughEveryQueue(t *testing.T) {
 	createQueues(t, b.store, "a", "c")
 	insertQuietly(t, b.store, "a", 5, time.Minute)
 	insertQuietly(t, b.store, "c", 5, time.Minute)
-	d := dispatcher.New(b.store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond, RepairPage: 4}, quiet)
+	d := newDispatcher(b.store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond, RepairPage: 4}, quiet)
 	if n, err := d.DispatchQueues(ctx, "a", "c"); err != nil || n != 10 {
 		t.Fatalf("dispatch: %d %v", n, err)
 	}

@@ -1,10 +1,14 @@
 // Package dispatcher mirrors due work from PostgreSQL into the Redis buffer.
 //
-// It moves due pending and retry tasks to buffered (status 'claimed') in batches
-// (FOR UPDATE SKIP LOCKED, so any number of replicas can run it) and adds their ids
-// to the queue's sorted set. It keeps each buffer topped up to a target size rather
-// than mirroring the whole backlog, and its repair pass re-adds buffered tasks whose buffer entry
-// was lost (Redis restart, FLUSHALL, a crash between commit and ZADD).
+// It decides when and how much to dispatch: it keeps each buffer topped up to a
+// target size rather than mirroring the whole backlog, in batches that its Mover
+// (package lifecycle, which owns the transition end to end) moves to buffered
+// (status 'claimed'; FOR UPDATE SKIP LOCKED, so any number of replicas can run it)
+// and adds to the queue's sorted set. Its repair pass re-adds buffered tasks whose
+// buffer entry was lost (Redis restart, FLUSHALL, a crash between commit and ZADD)
+// and rebuilds the concurrency slots: no task changes status there, the Redis side
+// is only made to match PostgreSQL again, so repair stays here rather than in the
+// lifecycle.
 //
 // Its costs follow the work, not the number of queues: a wake-up for queue q (a
 // NOTIFY from an enqueue, a poll that drained q's buffer, a reclaim) dispatches q
@@ -20,7 +24,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -29,13 +32,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/buffer"
-	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 // Config tunes a Dispatcher. Zero fields take the defaults.
@@ -59,8 +59,6 @@ type Config struct {
 	// checks one page, resuming where the last ended, unless Redis lost its data.
 	// Defaults to 4 × BufferTarget.
 	RepairPage int
-	// Telemetry receives dispatch transitions; nil disables them.
-	Telemetry *telemetry.Telemetry
 	// ListenConnConfig is where the LISTEN connection goes. Nil means a connection
 	// configured like the store's pool, which must then reach PostgreSQL directly
 	// (a transaction pooler does not deliver notifications to a session).
@@ -103,77 +101,43 @@ const dueSlack = time.Second
 type Dispatcher struct {
 	store *storage.Store
 	buf   *buffer.Buffer
+	mover Mover
+	wakes *Wakes
 	cfg   Config
 	log   *slog.Logger
-	// signal has a pass run soon; what it should do is in wanted and sweep.
-	signal chan struct{}
-
-	mu      sync.Mutex
-	wanted  map[string]struct{} // queues the next pass dispatches
-	sweep   bool                // the next pass looks at every queue
-	lowWake map[string]time.Time
 
 	// Owned by Run's goroutine.
 	horizon      time.Time // database clock of the last timed pass
 	repairCursor *storage.BufferedCursor
 }
 
-// New returns a Dispatcher.
-func New(store *storage.Store, buf *buffer.Buffer, cfg Config, log *slog.Logger) *Dispatcher {
-	return &Dispatcher{store: store, buf: buf, cfg: cfg.WithDefaults(), log: log,
-		signal: make(chan struct{}, 1), wanted: map[string]struct{}{}, lowWake: map[string]time.Time{}}
+// Mover runs the dispatch transition; *lifecycle.Lifecycle is one.
+type Mover interface {
+	// Dispatch moves up to limit due pending and retry tasks of queue to buffered
+	// and into its buffer with weight (buffer.LevelWeightMs), with the transitions'
+	// telemetry, and reports how many it moved (some, even with an error, when the
+	// statement committed and the buffer failed: the repair pass heals those).
+	Dispatch(ctx context.Context, queue string, limit int, weight int64) (int, error)
 }
 
-// LowWater is the buffer size below which a poll asks for a refill (WakeLow), so a
-// backlog in PostgreSQL keeps flowing without waiting for a tick.
-const LowWater = 250
-
-// lowWakeEvery bounds how often pops of a nearly empty buffer wake the dispatcher
-// for one queue.
-const lowWakeEvery = 20 * time.Millisecond
-
-// WakeLow asks for a refill of queue because its buffer fell below LowWater; calls
-// for the same queue closer together than lowWakeEvery are merged, so an empty
-// backlog costs few passes.
-func (d *Dispatcher) WakeLow(queue string) {
-	now := time.Now()
-	d.mu.Lock()
-	if now.Sub(d.lowWake[queue]) < lowWakeEvery {
-		d.mu.Unlock()
-		return
+// New returns a Dispatcher that reads and repairs through store and buf, moves due
+// tasks through mover and runs a pass on every wake-up posted to wakes (nil: a
+// Wakes of its own, reached through the Dispatcher's Wake, WakeLow and WakeAll).
+func New(store *storage.Store, buf *buffer.Buffer, mover Mover, wakes *Wakes, cfg Config, log *slog.Logger) *Dispatcher {
+	if wakes == nil {
+		wakes = NewWakes()
 	}
-	if len(d.lowWake) > 4096 { // forget old entries rather than every queue ever seen
-		clear(d.lowWake)
-	}
-	d.lowWake[queue] = now
-	d.wanted[queue] = struct{}{}
-	d.mu.Unlock()
-	d.poke()
+	return &Dispatcher{store: store, buf: buf, mover: mover, wakes: wakes, cfg: cfg.WithDefaults(), log: log}
 }
 
-// Wake asks for queue to be dispatched as soon as possible.
-func (d *Dispatcher) Wake(queue string) {
-	d.mu.Lock()
-	d.wanted[queue] = struct{}{}
-	d.mu.Unlock()
-	d.poke()
-}
+// Wake asks for queue to be dispatched as soon as possible (Wakes.Wake).
+func (d *Dispatcher) Wake(queue string) { d.wakes.Wake(queue) }
 
-// WakeAll asks for a sweep of every queue as soon as possible (after wake-ups may
-// have been missed).
-func (d *Dispatcher) WakeAll() {
-	d.mu.Lock()
-	d.sweep = true
-	d.mu.Unlock()
-	d.poke()
-}
+// WakeLow asks for a refill of queue's buffer (Wakes.WakeLow).
+func (d *Dispatcher) WakeLow(queue string) { d.wakes.WakeLow(queue) }
 
-func (d *Dispatcher) poke() {
-	select {
-	case d.signal <- struct{}{}:
-	default:
-	}
-}
+// WakeAll asks for a sweep of every queue as soon as possible (Wakes.WakeAll).
+func (d *Dispatcher) WakeAll() { d.wakes.WakeAll() }
 
 // Run dispatches until ctx is done: the queue named by every NOTIFY on
 // storage.DueChannel and every Wake, the queues whose tasks became due on every
@@ -197,7 +161,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		case <-d.signal:
+		case <-d.wakes.signal:
 		}
 		timed := !time.Now().Before(deadline)
 		sweep := time.Since(lastSweep) >= d.cfg.SweepInterval
@@ -232,15 +196,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // waiting tasks became due; when sweep (or asked by WakeAll), every queue with due
 // work.
 func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
-	d.mu.Lock()
-	queues := make([]string, 0, len(d.wanted))
-	for q := range d.wanted {
-		queues = append(queues, q)
-	}
-	clear(d.wanted)
-	sweep = sweep || d.sweep || d.horizon.IsZero()
-	d.sweep = false
-	d.mu.Unlock()
+	queues, asked := d.wakes.take()
+	sweep = sweep || asked || d.horizon.IsZero()
 
 	var errs []error
 	switch {
@@ -265,11 +222,7 @@ func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 	p.Queues, errs = d.dispatch(ctx, queues, p.Moved, errs)
 	p.Err = errors.Join(errs...)
 	if p.Err != nil { // try them again on the next pass, not only at the sweep
-		d.mu.Lock()
-		for _, q := range queues {
-			d.wanted[q] = struct{}{}
-		}
-		d.mu.Unlock()
+		d.wakes.again(queues)
 	}
 	return p
 }
@@ -314,28 +267,21 @@ func (d *Dispatcher) listen(ctx context.Context) {
 }
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
-	cfg := d.cfg.ListenConnConfig
-	if cfg == nil {
-		cfg = d.store.Pool().Config().ConnConfig
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	l, err := d.store.ListenDue(ctx, d.cfg.ListenConnConfig)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+storage.DueChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
+	defer l.Close(context.WithoutCancel(ctx))
 	d.WakeAll() // anything enqueued while we were not listening
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		queue, err := l.Next(ctx)
 		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+			return err
 		}
-		if n.Payload == "" {
+		if queue == "" {
 			d.WakeAll()
 		} else {
-			d.Wake(n.Payload) // the queue that has new work
+			d.Wake(queue) // the queue that has new work
 		}
 	}
 }
@@ -392,7 +338,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[str
 		room := d.cfg.BufferTarget - int(sizes[q.Name])
 		for room > 0 {
 			batch := min(room, d.cfg.BatchSize)
-			n, err := d.dispatchQueue(ctx, q.Name, batch, weight)
+			n, err := d.mover.Dispatch(ctx, q.Name, batch, weight)
 			if n > 0 {
 				moved[q.Name] += n
 			}
@@ -407,26 +353,6 @@ func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[str
 		}
 	}
 	return names, errs
-}
-
-func (d *Dispatcher) dispatchQueue(ctx context.Context, queue string, limit int, weight int64) (int, error) {
-	tasks, err := d.store.DispatchDue(ctx, queue, limit, weight)
-	if err != nil {
-		return 0, err
-	}
-	for _, t := range tasks {
-		d.cfg.Telemetry.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus, To: storage.StatusBuffered})
-		d.cfg.Telemetry.TaskSpan("taskforge.dispatch", t.Traceparent,
-			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
-	}
-	if len(tasks) > 0 {
-		crashpoint.Hit(crashpoint.AfterDispatchCommit)
-	}
-	// Committed as buffered: if this ZADD fails or we crash now, the repair pass re-adds them.
-	if err := d.buf.Add(ctx, queue, tasks, weight); err != nil {
-		return len(tasks), err
-	}
-	return len(tasks), nil
 }
 
 // RepairStep rebuilds the concurrency slots of capped queues and checks one page of

@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/ratelimit"
@@ -22,6 +23,15 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// newDispatcher returns a dispatcher on store and buf that dispatches through a
+// lifecycle on them, wired as a replica wires them: the lifecycle posts to the
+// dispatcher's wake-ups.
+func newDispatcher(store *storage.Store, buf *buffer.Buffer, cfg dispatcher.Config, log *slog.Logger) *dispatcher.Dispatcher {
+	wakes := dispatcher.NewWakes()
+	lc := lifecycle.New(store, buf, wakes, lifecycle.Config{}, log)
+	return dispatcher.New(store, buf, lc, wakes, cfg, log)
+}
 
 type bundle struct {
 	store *storage.Store
@@ -69,7 +79,7 @@ func TestConcurrentDispatchersBufferEachTaskOnceUpToTarget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := dispatcher.New(b.store, b.buf, cfg, quiet).DispatchOnce(ctx)
+			n, err := newDispatcher(b.store, b.buf, cfg, quiet).DispatchOnce(ctx)
 			if err != nil {
 				t.Error(err)
 			}
@@ -95,7 +105,7 @@ func TestConcurrentDispatchersBufferEachTaskOnceUpToTarget(t *testing.T) {
 		t.Fatalf("%d tasks claimed in PostgreSQL, %d ids buffered", claimed, size)
 	}
 	// A second pass with a full buffer moves nothing.
-	if n, err := dispatcher.New(b.store, b.buf, dispatcher.Config{BufferTarget: 1000}, quiet).DispatchOnce(ctx); err != nil || n != 0 {
+	if n, err := newDispatcher(b.store, b.buf, dispatcher.Config{BufferTarget: 1000}, quiet).DispatchOnce(ctx); err != nil || n != 0 {
 		t.Fatalf("full buffer: moved %d (%v)", n, err)
 	}
 }
@@ -107,7 +117,7 @@ func TestRepairReaddsLostEntries(t *testing.T) {
 	enqueue(t, b.store, 20, nil)
 	var clock testenv.Clock // zero: the database's now(), until the repair
 	store := testenv.Clocked(b.store, &clock)
-	d := dispatcher.New(store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond}, quiet)
+	d := newDispatcher(store, b.buf, dispatcher.Config{RepairAfter: time.Millisecond}, quiet)
 	if n, err := d.DispatchOnce(ctx); err != nil || n != 20 {
 		t.Fatalf("dispatch: %d %v", n, err)
 	}
@@ -133,7 +143,7 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	b := setup(t)
 	enqueue(t, b.store, 10, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := dispatcher.New(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	// The first pass runs at once; LISTEN picks up a later enqueue without a tick.
@@ -167,7 +177,7 @@ func TestRunDispatchesAScheduledTaskWhenDueNotOnTheNextTick(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := dispatcher.New(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	at := time.Now().Add(300 * time.Millisecond)
@@ -256,7 +266,7 @@ func TestListenConnConfigWakesBehindPgBouncer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := dispatcher.New(pooled, b.buf, dispatcher.Config{Interval: time.Hour, ListenConnConfig: listenCfg}, quiet)
+	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: time.Hour, ListenConnConfig: listenCfg}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	enqueue(t, direct, 3, nil)
@@ -287,7 +297,7 @@ func TestNoListenDispatchesOnTheTick(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := dispatcher.New(pooled, b.buf, dispatcher.Config{Interval: 200 * time.Millisecond, NoListen: true}, quiet)
+	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: 200 * time.Millisecond, NoListen: true}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	enqueue(t, direct, 4, nil)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/storage"
-	"github.com/taskforge/taskforge/telemetry"
 )
 
 // Config tunes a Scheduler. Zero fields take the defaults.
@@ -15,14 +14,17 @@ type Config struct {
 	// MaxWait is the longest pause between passes, which bounds how late a tick fires
 	// when another replica created or changed the schedule. Defaults to 1s.
 	MaxWait time.Duration
-	// Telemetry receives fired ticks and the tasks' transitions; nil disables them.
-	Telemetry *telemetry.Telemetry
-	// OnFire, when set, hears of every tick fired, after its commit (tests wait on it
-	// instead of sleeping). It runs on Run's goroutine.
-	OnFire func(storage.Fired)
-	// OnDue, when set, hears of the queue of every task fired, so the replica's own
-	// dispatcher need not wait for its NOTIFY.
-	OnDue func(queue string)
+}
+
+// Firer fires due ticks; *lifecycle.Lifecycle is one. The transition is the
+// Firer's, end to end (the statement, the dispatcher's wake-up, telemetry), so a
+// fired tick has the follow-ups of a manual trigger; the Scheduler only decides
+// when to ask and plans the ticks (plan).
+type Firer interface {
+	// FireDueSchedule fires the most overdue unpaused schedule not in skip, with
+	// every follow-up, and reports ok false when none is due (see
+	// storage.FireDueSchedule for what it returns on failure).
+	FireDueSchedule(ctx context.Context, plan storage.PlanFunc, skip []string) (f storage.Fired, ok bool, err error)
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -37,14 +39,16 @@ const maxFiresPerPass = 1000
 // Scheduler fires due schedules. Create it with New; run it with Run.
 type Scheduler struct {
 	store  *storage.Store
+	firer  Firer
 	cfg    Config
 	log    *slog.Logger
 	signal chan struct{}
 }
 
-// New returns a Scheduler.
-func New(store *storage.Store, cfg Config, log *slog.Logger) *Scheduler {
-	return &Scheduler{store: store, cfg: cfg.WithDefaults(), log: log, signal: make(chan struct{}, 1)}
+// New returns a Scheduler that reads the next tick from store and fires ticks
+// through firer.
+func New(store *storage.Store, firer Firer, cfg Config, log *slog.Logger) *Scheduler {
+	return &Scheduler{store: store, firer: firer, cfg: cfg.WithDefaults(), log: log, signal: make(chan struct{}, 1)}
 }
 
 // Wake has Run look for due schedules at once and re-plan its sleep (a schedule was
@@ -96,7 +100,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 func (s *Scheduler) pass(ctx context.Context) bool {
 	var failed []string
 	for range maxFiresPerPass {
-		fired, ok, err := s.store.FireDueSchedule(ctx, plan, failed)
+		fired, ok, err := s.firer.FireDueSchedule(ctx, plan, failed)
 		if err != nil {
 			if ctx.Err() != nil {
 				return false
@@ -111,7 +115,6 @@ func (s *Scheduler) pass(ctx context.Context) bool {
 		if !ok {
 			return false
 		}
-		s.report(fired)
 	}
 	return true
 }
@@ -124,21 +127,4 @@ func plan(sch storage.Schedule, now time.Time) (time.Time, time.Time, error) {
 	}
 	p := spec.PlanFrom(*sch.NextRunAt, now)
 	return p.Tick, p.Next, nil
-}
-
-func (s *Scheduler) report(f storage.Fired) {
-	if f.Created {
-		s.cfg.Telemetry.ScheduleFired(f.Schedule.Name, f.At.Sub(f.Tick))
-		s.cfg.Telemetry.Transition(telemetry.Transition{TaskID: f.Task.ID, Queue: f.Task.Queue, To: storage.StatusPending,
-			Reason: "schedule " + f.Schedule.Name})
-		if s.cfg.OnDue != nil {
-			s.cfg.OnDue(f.Task.Queue)
-		}
-	} else {
-		s.log.Warn("tick's idempotency key already taken; counted as fired", "schedule", f.Schedule.Name,
-			"tick", f.Tick)
-	}
-	if s.cfg.OnFire != nil {
-		s.cfg.OnFire(f)
-	}
 }

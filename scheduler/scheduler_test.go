@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -12,10 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -24,6 +30,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type bench struct {
 	t     *testing.T
 	store *storage.Store
+	lc    *lifecycle.Lifecycle
+	wakes *wakes
+	log   *syncBuffer // the lifecycle's transition log, JSON lines
 	fired chan storage.Fired
 	mu    sync.Mutex
 	loops map[int]*loop
@@ -41,7 +50,19 @@ func newBench(t *testing.T) *bench {
 	if _, err := store.CreateQueue(context.Background(), storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	b := &bench{t: t, store: store, fired: make(chan storage.Fired, 1000), loops: map[int]*loop{}}
+	return benchOf(t, store)
+}
+
+// benchOf returns a bench on store, its scheduler loops firing through a lifecycle
+// over store and a buffer of the test's own on the shared Redis.
+func benchOf(t *testing.T, store *storage.Store) *bench {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w, log := &wakes{}, &syncBuffer{}
+	lc := lifecycle.New(store, buffer.New(rdb, testenv.RedisPrefix(t)), w,
+		lifecycle.Config{Telemetry: telemetry.New(slog.New(slog.NewJSONHandler(log, nil)))}, slog.New(slog.DiscardHandler))
+	b := &bench{t: t, store: store, lc: lc, wakes: w, log: log, fired: make(chan storage.Fired, 1000), loops: map[int]*loop{}}
 	t.Cleanup(b.stopAll)
 	return b
 }
@@ -69,7 +90,7 @@ func (b *bench) create(name, cron string) storage.Schedule {
 func (b *bench) start() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &loop{cancel: cancel, done: make(chan struct{})}
-	s := scheduler.New(b.store, scheduler.Config{OnFire: func(f storage.Fired) { b.fired <- f }}, slog.New(slog.DiscardHandler))
+	s := scheduler.New(b.store, recorder{b.lc, b.fired}, scheduler.Config{}, slog.New(slog.DiscardHandler))
 	go func() {
 		defer close(l.done)
 		_ = s.Run(ctx)
@@ -79,6 +100,74 @@ func (b *bench) start() int {
 	b.next++
 	b.loops[b.next] = l
 	return b.next
+}
+
+// recorder is the lifecycle's Firer, telling fired of every tick fired, after its
+// commit and follow-ups (tests wait on it instead of sleeping).
+type recorder struct {
+	scheduler.Firer
+	fired chan<- storage.Fired
+}
+
+func (r recorder) FireDueSchedule(ctx context.Context, plan storage.PlanFunc, skip []string) (storage.Fired, bool, error) {
+	f, ok, err := r.Firer.FireDueSchedule(ctx, plan, skip)
+	if err == nil && ok {
+		r.fired <- f
+	}
+	return f, ok, err
+}
+
+// wakes is the lifecycle's Waker: it records the queues the dispatcher was told of.
+type wakes struct {
+	mu     sync.Mutex
+	queues []string
+}
+
+func (w *wakes) Wake(queue string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.queues = append(w.queues, queue)
+}
+
+func (w *wakes) WakeLow(string) {}
+
+// take returns the queues woken since the last take.
+func (w *wakes) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.queues
+	w.queues = nil
+	return q
+}
+
+// syncBuffer is a bytes.Buffer that loops may write while a test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// transitions returns the transition log lines of task id.
+func (b *syncBuffer) transitions(t *testing.T, id string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(b.buf.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "task transition" && rec["task_id"] == id {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 // stop cancels loop id (mid-transaction, perhaps) and waits for it to end.
@@ -303,6 +392,39 @@ func TestPausedFiresNothingAndResumeFiresFromTheNextTick(t *testing.T) {
 	}
 }
 
+// TestFiredTickFollowsUpAsATrigger: the loop fires through the lifecycle, so a fired
+// tick and a manual trigger have the same follow-ups: the dispatcher told of the
+// queue at once (not only by NOTIFY, which a LISTEN-less replica never hears) and
+// the task's transition logged.
+func TestFiredTickFollowsUpAsATrigger(t *testing.T) {
+	t.Parallel()
+	b := newBench(t)
+	b.create("followed", "@every 1s")
+	b.start()
+	fired := b.await()
+	b.stopAll()
+	firedWakes := b.wakes.take()
+	task, err := b.lc.TriggerSchedule(context.Background(), "followed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	triggerWakes := b.wakes.take()
+	for _, c := range []struct {
+		how   string
+		id    string
+		wakes []string
+	}{{"fired", fired.Task.ID.String(), firedWakes}, {"triggered", task.ID.String(), triggerWakes}} {
+		if !slices.Contains(c.wakes, "q") {
+			t.Errorf("%s task: dispatcher told of %v, want q", c.how, c.wakes)
+		}
+		trs := b.log.transitions(t, c.id)
+		if len(trs) != 1 || trs[0]["queue"] != "q" || trs[0]["to_status"] != storage.StatusPending ||
+			!strings.HasPrefix(fmt.Sprint(trs[0]["reason"]), "schedule followed") {
+			t.Errorf("%s task: transitions %v, want one to pending in q for schedule followed", c.how, trs)
+		}
+	}
+}
+
 // TestTriggerLeavesTheTickAlone: a run now gets its own task; the cadence is unchanged.
 func TestTriggerLeavesTheTickAlone(t *testing.T) {
 	t.Parallel()
@@ -348,8 +470,7 @@ func TestSealedSchedulesFireReadableTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := storage.New(plain.Pool(), storage.WithSealer(sl))
-	b := &bench{t: t, store: store, fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
-	t.Cleanup(b.stopAll)
+	b := benchOf(t, store)
 	ctx := context.Background()
 	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
 		t.Fatal(err)
@@ -386,9 +507,8 @@ func TestAFailingScheduleDoesNotHoldUpTheOthers(t *testing.T) {
 		return sl
 	}
 	ctx := context.Background()
-	old := &bench{t: t, store: storage.New(plain.Pool(), storage.WithSealer(key("old", 1))), fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
-	cur := &bench{t: t, store: storage.New(plain.Pool(), storage.WithSealer(key("new", 2))), fired: make(chan storage.Fired, 100), loops: map[int]*loop{}}
-	t.Cleanup(cur.stopAll)
+	old := benchOf(t, storage.New(plain.Pool(), storage.WithSealer(key("old", 1))))
+	cur := benchOf(t, storage.New(plain.Pool(), storage.WithSealer(key("new", 2))))
 	if _, err := cur.store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +545,7 @@ func TestResealSchedules(t *testing.T) {
 		return storage.New(plain.Pool(), storage.WithSealer(sl))
 	}
 	ctx := context.Background()
-	old := &bench{t: t, store: with(oldKey), loops: map[int]*loop{}}
+	old := benchOf(t, with(oldKey))
 	if _, err := old.store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3, BackoffBaseMs: 1000, BackoffMaxMs: 60000}); err != nil {
 		t.Fatal(err)
 	}

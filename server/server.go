@@ -27,11 +27,11 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/janitor"
 	"github.com/taskforge/taskforge/internal/lifecycle"
+	"github.com/taskforge/taskforge/internal/push"
 	"github.com/taskforge/taskforge/internal/tally"
-	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
-	"github.com/taskforge/taskforge/push"
 	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
 	"github.com/taskforge/taskforge/storage"
@@ -263,20 +263,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.Info("LISTEN is off: the dispatcher finds newly enqueued work on its tick",
 			"dispatch_interval", cfg.DispatchInterval)
 	}
-	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, dispatcher.Config{Interval: cfg.DispatchInterval, Telemetry: s.Telemetry,
-		ListenConnConfig: listenConn, NoListen: noListen},
-		log.With("component", "dispatcher"))
-	// Every task transition, whoever asks for it (API, watchdog, pushers), with the
-	// dispatcher told of the work it leaves.
-	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, s.Dispatcher, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
+	// The dispatcher's wake-ups come first: the lifecycle posts to them, and the
+	// dispatcher, built on both, dispatches through the lifecycle.
+	wakes := dispatcher.NewWakes()
+	// Every task transition, whoever asks for it (API, dispatcher, watchdog,
+	// scheduler, pushers), with the dispatcher told of the work it leaves.
+	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, wakes, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, s.Lifecycle, wakes, dispatcher.Config{Interval: cfg.DispatchInterval,
+		ListenConnConfig: listenConn, NoListen: noListen},
+		log.With("component", "dispatcher"))
+	// Fires ticks through the lifecycle, as a manual trigger does.
+	s.Scheduler = scheduler.New(s.Store, s.Lifecycle, scheduler.Config{}, log.With("component", "scheduler"))
 	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
-		Audit: audits.Middleware(),
+		Audit: audits.Middleware(), Scheduler: s.Scheduler,
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
@@ -288,8 +293,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Handler = s.API.Handler()
 	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval},
 		log.With("component", "watchdog"))
-	s.Scheduler = scheduler.New(s.Store, scheduler.Config{Telemetry: s.Telemetry}, log.With("component", "scheduler"))
-	s.API.OnScheduleChange = s.Scheduler.Wake
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))

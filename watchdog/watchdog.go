@@ -49,8 +49,6 @@ type Watchdog struct {
 	reclaimer Reclaimer
 	cfg       Config
 	log       *slog.Logger
-	// OnReclaim, when set, is called with every batch the watchdog ends (tests).
-	OnReclaim func([]storage.Reclaimed)
 }
 
 // New returns a Watchdog that reads lease expiries from store and reclaims through
@@ -105,9 +103,6 @@ func (w *Watchdog) ReclaimOnce(ctx context.Context) (int, error) {
 	for _, r := range ended {
 		w.log.Info("reclaimed expired lease", "task_id", r.TaskID, "queue", r.Queue,
 			"worker_id", r.WorkerID, "attempt", r.Attempt, "outcome", r.Outcome, "to_status", r.Status)
-	}
-	if w.OnReclaim != nil && len(ended) > 0 {
-		w.OnReclaim(ended)
 	}
 	return len(ended), nil
 }

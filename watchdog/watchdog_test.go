@@ -32,6 +32,21 @@ func lifecycleOf(t *testing.T, s *storage.Store) *lifecycle.Lifecycle {
 	return lifecycle.New(s, buffer.New(rdb, testenv.RedisPrefix(t)), nil, lifecycle.Config{}, quiet)
 }
 
+// observed is a Reclaimer that hands every batch its Reclaimer ended to seen, after
+// the batch's follow-ups (tests wait on it instead of sleeping).
+type observed struct {
+	watchdog.Reclaimer
+	seen func([]storage.Reclaimed)
+}
+
+func (o observed) Reclaim(ctx context.Context, limit int) ([]storage.Reclaimed, error) {
+	rs, err := o.Reclaimer.Reclaim(ctx, limit)
+	if err == nil && len(rs) > 0 {
+		o.seen(rs)
+	}
+	return rs, err
+}
+
 // executing returns a store holding n tasks executing under leases of the given length.
 func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.Store {
 	t.Helper()
@@ -75,8 +90,7 @@ func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := watchdog.New(s, lifecycleOf(t, s), watchdog.Config{BatchSize: 50}, quiet)
-			w.OnReclaim = func(rs []storage.Reclaimed) {
+			w := watchdog.New(s, observed{lifecycleOf(t, s), func(rs []storage.Reclaimed) {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, r := range rs {
@@ -85,7 +99,7 @@ func TestConcurrentWatchdogsReclaimEachAttemptOnce(t *testing.T) {
 						t.Errorf("reclaimed %+v", r)
 					}
 				}
-			}
+			}}, watchdog.Config{BatchSize: 50}, quiet)
 			for {
 				n, err := w.ReclaimOnce(context.Background())
 				if err != nil {
@@ -128,8 +142,8 @@ func TestRunReclaimsSoonAfterExpiryAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reclaimed := make(chan []storage.Reclaimed, 10)
 	// A long interval: only sleeping until the earliest expiry can reclaim in time.
-	w := watchdog.New(s, lifecycleOf(t, s), watchdog.Config{Interval: time.Hour}, quiet)
-	w.OnReclaim = func(rs []storage.Reclaimed) { reclaimed <- rs }
+	w := watchdog.New(s, observed{lifecycleOf(t, s), func(rs []storage.Reclaimed) { reclaimed <- rs }},
+		watchdog.Config{Interval: time.Hour}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	select {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/taskforge/taskforge/bench"
+	"github.com/taskforge/taskforge/internal/bench"
 )
 
 // benchCommand is `taskforge bench`: the end-to-end benchmark harness (package bench).

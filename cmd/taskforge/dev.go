@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/taskforge/taskforge/internal/localpg"
 	"github.com/taskforge/taskforge/server"
+	"github.com/taskforge/taskforge/storage"
 )
 
 // devOptions configure `taskforge dev`.
@@ -126,28 +126,9 @@ func startDevPostgres(ctx context.Context, o devOptions) (*localpg.Server, strin
 	if err != nil {
 		return nil, "", fmt.Errorf("start embedded PostgreSQL: %w", err)
 	}
-	if err := createDatabase(startCtx, pg.URL("postgres"), "taskforge"); err != nil {
+	if err := storage.CreateDatabase(startCtx, pg.URL("postgres"), "taskforge"); err != nil {
 		_ = pg.Stop()
-		return nil, "", err
+		return nil, "", fmt.Errorf("embedded PostgreSQL: %w", err)
 	}
 	return pg, pg.URL("taskforge"), nil
-}
-
-func createDatabase(ctx context.Context, adminURL, name string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("connect to embedded PostgreSQL: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
-		return fmt.Errorf("look for database %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	return nil
 }

@@ -6,6 +6,10 @@
 //
 //	Enqueue            new → pending, and SubmitWorkflow for a workflow's steps
 //	                   (enqueue.go)
+//	Dispatch           pending or retry → buffered: the statement, then
+//	                   the buffer's ZADD, for the dispatcher (dispatch.go)
+//	FireDueSchedule    a schedule's tick → a new pending task, for the scheduler;
+//	TriggerSchedule    the same outside the cadence, for the API (schedule.go)
 //	Claim, ClaimPush   buffered → executing: pop within the token bucket and the
 //	                   concurrency slots, claim through the group commit, put back
 //	                   or free what was not claimed (claim.go)
@@ -23,8 +27,9 @@
 //	ChangeQueue        pause, resume and limit changes of a queue (queue.go)
 //	DeleteQueue        a queue and its buffer (queue.go)
 //
-// Callers decode, validate and encode (package api), or decide when to run
-// (packages watchdog and push); none of them repeats a follow-up of its own.
+// Callers decode, validate and encode (package api), or decide when to run and how
+// much (packages dispatcher, watchdog, scheduler and push); none of them repeats a
+// follow-up of its own (ownership_test.go checks it).
 // PostgreSQL is the authority: a follow-up that fails is logged and healed later
 // (the dispatcher's repair pass, a waiter's deadline), never retried here.
 //

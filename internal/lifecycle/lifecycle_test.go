@@ -77,7 +77,7 @@ func setup(t *testing.T) bundle {
 	w := &waker{}
 	lc := lifecycle.New(store, buf, w, lifecycle.Config{LowWater: 10}, quiet)
 	return bundle{lc: lc, store: store, buf: buf, rdb: rdb, wake: w,
-		disp: dispatcher.New(store, buf, dispatcher.Config{}, quiet), clock: clock}
+		disp: dispatcher.New(store, buf, lc, nil, dispatcher.Config{}, quiet), clock: clock}
 }
 
 // enqueue adds n tasks to q and mirrors them into the buffer, as the dispatcher does.

@@ -25,16 +25,3 @@ func (l *Lifecycle) Replay(ctx context.Context, queue string, ids []uuid.UUID, a
 	l.due(queue)
 	return tasks, nil
 }
-
-// TriggerSchedule enqueues the task of schedule name now (its next tick is
-// unchanged) and tells the dispatcher the task's queue has work due.
-func (l *Lifecycle) TriggerSchedule(ctx context.Context, name string) (storage.Task, error) {
-	_, task, err := l.store.TriggerSchedule(ctx, name)
-	if err != nil {
-		return storage.Task{}, fmt.Errorf("trigger schedule %s: %w", name, err)
-	}
-	l.tel.Transition(telemetry.Transition{TaskID: task.ID, Queue: task.Queue, To: storage.StatusPending,
-		Reason: "schedule " + *task.Schedule + " triggered"})
-	l.due(task.Queue)
-	return task, nil
-}

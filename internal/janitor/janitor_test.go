@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskforge/taskforge/internal/janitor"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
-	"github.com/taskforge/taskforge/janitor"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )

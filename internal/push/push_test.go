@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/internal/push"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
-	"github.com/taskforge/taskforge/push"
 	"github.com/taskforge/taskforge/server"
 )
 

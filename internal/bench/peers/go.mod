@@ -1,4 +1,4 @@
-module github.com/taskforge/taskforge/bench/peers
+module github.com/taskforge/taskforge/internal/bench/peers
 
 go 1.26.0
 
