@@ -21,6 +21,11 @@ func (l *Lifecycle) Replay(ctx context.Context, queue string, ids []uuid.UUID, a
 	for _, t := range tasks {
 		l.tel.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: t.Status,
 			Reason: "replay of " + t.ReplayedFrom.String()}))
+		if t.WorkflowID != nil && t.Step != nil { // the dead step of a failed workflow: it resumed
+			l.tel.WorkflowTransition(telemetry.WorkflowChange{WorkflowID: *t.WorkflowID, From: storage.WorkflowFailed,
+				To: storage.WorkflowRunning, TaskID: t.ID, Queue: t.Queue, Step: *t.Step,
+				Reason: "replay of dead step " + *t.Step + " (" + t.ReplayedFrom.String() + ")"})
+		}
 	}
 	l.due(queue)
 	return tasks, nil
