@@ -68,7 +68,13 @@ func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
 	// others, drawn from a stream of their own so that the rest of the plan is the
 	// same as without them.
 	rr := rand.New(rand.NewPCG(seed, 0x72736d65)) // "rsme"
-	resumable := func(w *wfSpec, d *wfStep) {
+	resumable := func(w *wfSpec) {
+		// The step dies after a step it depends on is done, so that the resume has
+		// done steps to keep: b or c of a diamond, the join of a fan-in.
+		d := &w.Steps[1+rr.IntN(2)]
+		if w.Shape == "fan-in" {
+			d = &w.Steps[len(w.Steps)-1]
+		}
 		d.Queue = queuePush
 		d.Payload, _ = json.Marshal(map[string]any{"step": d.Step, "gone_until_resumed": w.Key})
 		w.Dies, w.Resume, w.Expect = d.Step, true, "succeeded"
@@ -96,15 +102,17 @@ func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
 			// A step with dependents dies: its budget (0 or 1 retries) is smaller than
 			// its failures.
 			d := &w.Steps[rng.IntN(len(w.Steps)-1)]
+			orig := *d
 			d.Queue, d.MaxRetries = queueFail, rng.IntN(2)
 			d.Payload, _ = json.Marshal(map[string]any{"step": d.Step, "fail_times": d.MaxRetries + 1 + rng.IntN(2)})
 			w.Dies, w.Expect = d.Step, "failed"
-			if failing%2 == 0 {
-				resumable(&w, d)
+			if failing%2 == 0 { // resumed instead: that step stays as it was
+				*d = orig
+				resumable(&w)
 			}
 			failing++
 		} else if rr.IntN(8) == 0 {
-			resumable(&w, &w.Steps[rr.IntN(len(w.Steps)-1)])
+			resumable(&w)
 		}
 		out[i] = w
 	}
