@@ -116,9 +116,15 @@ func TestChaosLosesNothing(t *testing.T) {
 			defer close(cancelled)
 			h.runCanceller(producer, p, ledger, &h.cancels)
 		}()
+		resumed := make(chan struct{})
+		go func() {
+			defer close(resumed)
+			h.runResumes(producer, h.workflows, h.wfLedger)
+		}()
 		h.runEnqueuer(producer, p, ledger)
 		<-done
 		<-cancelled
+		<-resumed
 	}()
 	t.Cleanup(func() { // never leave the producer running past the test
 		stopProducer()

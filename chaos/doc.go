@@ -8,7 +8,8 @@
 // HTTP. Through the API they enqueue thousands of tasks of every kind (failing,
 // sleeping past the lease, overrunning timeout_seconds, cancelled while waiting or
 // executing, into a rate-limited, a capped and a push queue), submit workflows
-// (diamonds and fan-ins) and let two cron schedules (@every 2s and a six-field */3
+// (diamonds and fan-ins; some fail, and some of those are resumed by replaying
+// their dead step from the DLQ) and let two cron schedules (@every 2s and a six-field */3
 // seconds) fire, while a seeded fault schedule runs; then they read PostgreSQL and
 // the target's records and check every task, attempt, workflow and schedule tick.
 //

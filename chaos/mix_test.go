@@ -63,6 +63,19 @@ type pushTarget struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	log []pushRequest
+	// healed holds the workflow keys whose dying step ({"gone_until_resumed": key})
+	// is answered 200 from now on: the resumer is about to replay it.
+	healed map[string]bool
+}
+
+// heal makes the target answer 200 to the tasks planned {"gone_until_resumed": key}.
+func (p *pushTarget) heal(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.healed == nil {
+		p.healed = map[string]bool{}
+	}
+	p.healed[key] = true
 }
 
 func startPushTarget(h *harness) *pushTarget {
@@ -79,11 +92,16 @@ func (p *pushTarget) serve(w http.ResponseWriter, r *http.Request) {
 	var payload struct {
 		Push []string `json:"push"`
 		Gone bool     `json:"gone"` // every attempt gets 410
+		// A workflow's dying step: 410 until the resumer heals the key.
+		GoneUntilResumed string `json:"gone_until_resumed"`
 	}
 	_ = json.Unmarshal(body, &payload)
+	p.mu.Lock()
+	healed := p.healed[payload.GoneUntilResumed]
+	p.mu.Unlock()
 	rec.Mode = "200"
 	switch {
-	case payload.Gone:
+	case payload.Gone, payload.GoneUntilResumed != "" && !healed:
 		rec.Mode = "410"
 	case rec.Attempt >= 1 && rec.Attempt <= len(payload.Push):
 		rec.Mode = payload.Push[rec.Attempt-1]

@@ -25,6 +25,9 @@ type dbTask struct {
 	WorkflowID *string    // the workflow whose step it is, if any
 	Scheduled  time.Time  // scheduled_at: for a schedule's task, its tick
 	Created    time.Time
+	Step       *string    // the workflow step it runs, if any
+	Replayed   *string    // replayed_from: the task it replays (a resumed step's task replaces one)
+	Finished   *time.Time // finished_at
 }
 
 type dbAttempt struct {
@@ -99,7 +102,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		rows, err := tx.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
-			schedule, workflow_id::text, scheduled_at, created_at FROM tasks`)
+			schedule, workflow_id::text, scheduled_at, created_at, step, replayed_from::text, finished_at FROM tasks`)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -29,8 +30,12 @@ type wfSpec struct {
 	Shape  string // diamond, fan-in
 	Steps  []wfStep
 	Dies   string        // the step planned to exhaust its budget, "" for none
-	Expect string        // succeeded or failed
+	Expect string        // succeeded or failed (after its resume, for a resumed one)
 	At     time.Duration // offset from the start of the run at which it is submitted
+	// Resume: the dying step is a push step the target answers 410 until the test
+	// replays it from the dead-letter queue, which resumes the failed workflow: it
+	// must then end succeeded, without re-running a step done before it failed.
+	Resume bool
 }
 
 // newWorkflowPlan draws n workflows from seed, spread evenly over window. A diamond
@@ -39,7 +44,10 @@ type wfSpec struct {
 // and one in six a sleep of 2.5–3.5 s (longer than the lease, so that worker kills
 // and pauses hit steps too). In a fifth of the workflows one non-final step fails
 // more often than its budget allows: the workflow must end failed, and no step
-// depending on it may ever run.
+// depending on it may ever run. Every second of those (the first included), and one
+// in eight of the others, is resumed instead: its dying step is a push step whose
+// target answers 410 (it dies at its first attempt) until the test replays it
+// (runResumes), and the workflow must end succeeded.
 func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
 	rng := rand.New(rand.NewPCG(seed, 0x77666c77)) // "wflw"
 	step := func(name string, deps ...string) wfStep {
@@ -56,7 +64,23 @@ func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
 		s.Payload, _ = json.Marshal(payload) // maps of ints and strings always encode
 		return s
 	}
+	// Resumed workflows: every second of the failing ones, and one in eight of the
+	// others, drawn from a stream of their own so that the rest of the plan is the
+	// same as without them.
+	rr := rand.New(rand.NewPCG(seed, 0x72736d65)) // "rsme"
+	resumable := func(w *wfSpec) {
+		// The step dies after a step it depends on is done, so that the resume has
+		// done steps to keep: b or c of a diamond, the join of a fan-in.
+		d := &w.Steps[1+rr.IntN(2)]
+		if w.Shape == "fan-in" {
+			d = &w.Steps[len(w.Steps)-1]
+		}
+		d.Queue = queuePush
+		d.Payload, _ = json.Marshal(map[string]any{"step": d.Step, "gone_until_resumed": w.Key})
+		w.Dies, w.Resume, w.Expect = d.Step, true, "succeeded"
+	}
 	out := make([]wfSpec, n)
+	failing := 0
 	for i := range out {
 		w := wfSpec{Key: fmt.Sprintf("chaos-wf-%d-%d", seed, i), Expect: "succeeded",
 			At: time.Duration(int64(window) * int64(i) / int64(max(n, 1)))}
@@ -78,21 +102,149 @@ func newWorkflowPlan(seed uint64, n int, window time.Duration) []wfSpec {
 			// A step with dependents dies: its budget (0 or 1 retries) is smaller than
 			// its failures.
 			d := &w.Steps[rng.IntN(len(w.Steps)-1)]
+			orig := *d
 			d.Queue, d.MaxRetries = queueFail, rng.IntN(2)
 			d.Payload, _ = json.Marshal(map[string]any{"step": d.Step, "fail_times": d.MaxRetries + 1 + rng.IntN(2)})
 			w.Dies, w.Expect = d.Step, "failed"
+			if failing%2 == 0 { // resumed instead: that step stays as it was
+				*d = orig
+				resumable(&w)
+			}
+			failing++
+		} else if rr.IntN(8) == 0 {
+			resumable(&w)
 		}
 		out[i] = w
 	}
 	return out
 }
 
-// wfLedger records what the workflow submitter was told.
+// wfLedger records what the workflow submitter and the resumer were told.
 type wfLedger struct {
 	mu       sync.Mutex
 	ids      map[string]string // idempotency key → workflow id from a 2xx answer
 	failed   int               // calls answered 5xx or cut off (each one retried)
 	problems []string          // 4xx answers, calls that never succeeded
+	resumes  map[string]wfResume
+}
+
+// wfResume is the replay of a failed workflow's dead step, as the resumer made it.
+type wfResume struct {
+	DeadTask string    // the dead step's task it replayed
+	Failed   time.Time // when the resumer saw the workflow failed
+	Replay   string    // the new task of a 201; "" when the answer was lost but the replay committed
+	Calls    int       // replay requests made
+}
+
+// resumeWait bounds how long the resumer waits for a workflow to fail after its
+// submission, and then for its replay to be answered.
+const resumeWait = 4 * time.Minute
+
+// runResumes resumes each workflow planned so (Resume) as soon as PostgreSQL shows
+// it failed, during the fault window or after it: it lets the push target answer
+// the dying step 200 from then on and replays the dead step through
+// POST /queues/push/dlq/:id/replay, as an operator would.
+func (h *harness) runResumes(ctx context.Context, wfs []wfSpec, l *wfLedger) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, w := range wfs {
+		if w.Resume {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.resume(ctx, w, l)
+			}()
+		}
+	}
+}
+
+func (h *harness) resume(ctx context.Context, w wfSpec, l *wfLedger) {
+	problem := func(format string, args ...any) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.problems = append(l.problems, fmt.Sprintf("resume of workflow %s: ", w.Key)+fmt.Sprintf(format, args...))
+	}
+	wait := func(d time.Duration) bool { // false when the test is ending
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	if !wait(time.Until(h.start.Add(w.At))) { // its submission's place in the schedule
+		problem("abandoned, the test is ending")
+		return
+	}
+	deadline := h.start.Add(w.At + resumeWait)
+	var dead string
+	for {
+		var status, taskStatus string
+		err := h.dbRetry(10*time.Second, func(ctx context.Context) error {
+			return h.db.QueryRow(ctx, `SELECT w.status, t.id::text, t.status FROM workflows w
+				JOIN workflow_steps ws ON ws.workflow_id = w.id AND ws.step = $2
+				JOIN tasks t ON t.id = ws.task_id
+				WHERE w.idempotency_key = $1`, w.Key, w.Dies).Scan(&status, &dead, &taskStatus)
+		})
+		if err == nil && status == "failed" && taskStatus == "dead" {
+			break
+		}
+		if err == nil && status != "running" {
+			problem("the workflow ended %s (step %s %s) before its resume", status, w.Dies, taskStatus)
+			return
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) || time.Now().After(deadline) {
+			problem("not failed by %s: %s/%s %v", deadline.Format("15:04:05"), status, taskStatus, err)
+			return
+		}
+		if !wait(250 * time.Millisecond) { // the next look at PostgreSQL
+			problem("abandoned, the test is ending")
+			return
+		}
+	}
+	r := wfResume{DeadTask: dead, Failed: time.Now()}
+	h.push.heal(w.Key)
+	deadline = time.Now().Add(resumeWait)
+	for {
+		r.Calls++
+		status, data, err := h.call(ctx, http.MethodPost, "/queues/"+queuePush+"/dlq/"+dead+"/replay", nil, nil)
+		if err == nil && status == http.StatusCreated {
+			var got struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(data, &got); err != nil || got.ID == "" {
+				problem("replay answered without an id: %s", data)
+			}
+			r.Replay = got.ID
+			break
+		}
+		if err == nil && status < 500 {
+			problem("replay answered %d: %s", status, data)
+			return
+		}
+		// No answer, or a 5xx: a replay that committed must not be sent again (a
+		// second replay of the same dead task would be a plain task).
+		var replays int
+		if err := h.dbRetry(time.Minute, func(ctx context.Context) error {
+			return h.db.QueryRow(ctx, `SELECT replay_count FROM tasks WHERE id = $1`, dead).Scan(&replays)
+		}); err == nil && replays > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			problem("replay not answered within %s: %d %v", resumeWait, status, err)
+			return
+		}
+		if !wait(200 * time.Millisecond) { // retry backoff through an outage
+			problem("abandoned, the test is ending")
+			return
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resumes == nil {
+		l.resumes = map[string]wfResume{}
+	}
+	l.resumes[w.Key] = r
 }
 
 // runWorkflows submits the planned workflows at their offsets, each retried with
@@ -226,9 +378,15 @@ func (h *harness) verifyWorkflows(wfs []wfSpec, l *wfLedger, byID map[string]dbT
 		}
 		return *hist[len(hist)-1].Finished, true
 	}
-	var notOne, running, wrongEnd, order []string
+	var notOne, running, wrongEnd, order, resumeBad, rerun []string
 	ends := map[string]int{}
-	steps := 0
+	steps, resumed := 0, 0
+	ofWorkflow := map[string][]dbTask{} // every task of a workflow, replaced ones included
+	for _, t := range byID {
+		if t.WorkflowID != nil {
+			ofWorkflow[*t.WorkflowID] = append(ofWorkflow[*t.WorkflowID], t)
+		}
+	}
 	for _, spec := range wfs {
 		ws := byKey[spec.Key]
 		if len(ws) != 1 {
@@ -263,10 +421,16 @@ func (h *harness) verifyWorkflows(wfs []wfSpec, l *wfLedger, byID map[string]dbT
 				}
 			}
 		}
-		if spec.Dies != "" {
+		if spec.Dies != "" && !spec.Resume {
 			if t := byID[w.Steps[spec.Dies].TaskID]; t.Status != "dead" {
 				wrongEnd = append(wrongEnd, fmt.Sprintf("%s step %s planned to die: %s", w.ID, spec.Dies, t.Status))
 			}
+		}
+		if spec.Resume {
+			resumed++
+			bad, reran := checkResume(w, spec, l.resumes[spec.Key], byID, byTask, ofWorkflow[w.ID])
+			resumeBad = append(resumeBad, bad...)
+			rerun = append(rerun, reran...)
 		}
 	}
 	var missing []string
@@ -279,10 +443,71 @@ func (h *harness) verifyWorkflows(wfs []wfSpec, l *wfLedger, byID map[string]dbT
 	rep.add("workflows left running once their steps were terminal", len(running), running)
 	rep.add("workflows (or steps) ending other than planned", len(wrongEnd), wrongEnd)
 	rep.add("step attempts started before a dependency was done (workflow order)", len(order), order)
-	rep.add("workflow submissions without a 2xx answer, or with a 4xx", len(missing)+len(l.problems), append(missing, l.problems...))
+	rep.add("workflow submissions without a 2xx answer, or with a 4xx; resumes not made", len(missing)+len(l.problems), append(missing, l.problems...))
+	rep.add("resumed workflows whose dead step's replay did not become the step's task", len(resumeBad), resumeBad)
+	rep.add("resumed workflows: steps done before the failure that ran again after the resume", len(rerun), rerun)
 	rep.info("workflows submitted", len(wfs))
 	rep.info("workflow steps", steps)
 	rep.info("workflows succeeded", ends["succeeded"])
 	rep.info("workflows failed (a planned step died)", ends["failed"])
+	rep.info("workflows resumed by replaying their dead step (then to succeed)", resumed)
 	rep.info("workflow submissions that failed (5xx or cut off) and were retried", l.failed)
+}
+
+// checkResume checks workflow w, planned to be resumed, against what PostgreSQL
+// holds: the resumer replayed its dead step, whose replay is the step's task now;
+// and no step that was done when the workflow failed ran again: none of the tasks
+// the resume replaced was done before the dead step died (the resume only replaces
+// steps not done, and a step's old task that ends done after the resume no longer
+// counts), and no attempt of a step's task not replaced started after the resume.
+// The workflow's end and its order are checked with the others'.
+func checkResume(w *dbWorkflow, spec wfSpec, r wfResume, byID map[string]dbTask, byTask map[string][]dbAttempt,
+	tasks []dbTask) (bad, rerun []string) {
+	if r.DeadTask == "" {
+		return []string{fmt.Sprintf("%s (%s): never resumed", w.ID, spec.Key)}, nil
+	}
+	dead := byID[r.DeadTask]
+	replay := byID[w.Steps[spec.Dies].TaskID]
+	switch {
+	case dead.Status != "dead" || dead.Finished == nil:
+		bad = append(bad, fmt.Sprintf("%s step %s: the replayed task %s is %s", w.ID, spec.Dies, r.DeadTask, dead.Status))
+		return bad, nil
+	case replay.Replayed == nil || *replay.Replayed != r.DeadTask:
+		bad = append(bad, fmt.Sprintf("%s step %s: its task %s does not replay the dead %s", w.ID, spec.Dies, replay.ID, r.DeadTask))
+		return bad, nil
+	case r.Replay != "" && r.Replay != replay.ID:
+		bad = append(bad, fmt.Sprintf("%s step %s: the replay answered %s, the step's task is %s", w.ID, spec.Dies, r.Replay, replay.ID))
+	}
+	diedAt, resumedAt := *dead.Finished, replay.Created // both on the database clock
+	replaced := map[string]bool{}
+	for _, t := range tasks {
+		if t.Replayed != nil {
+			replaced[*t.Replayed] = true
+		}
+	}
+	for _, t := range tasks {
+		if replaced[t.ID] && t.Status == "done" && t.Finished != nil && t.Finished.Before(diedAt) {
+			rerun = append(rerun, fmt.Sprintf("%s step %v: task %s was done at %s, before %s died at %s, and was replaced by the resume",
+				w.ID, deref(t.Step), t.ID, t.Finished.Format("15:04:05.000"), spec.Dies, diedAt.Format("15:04:05.000")))
+		}
+	}
+	for name, s := range w.Steps {
+		if byID[s.TaskID].Replayed != nil {
+			continue // re-created by the resume
+		}
+		for _, a := range byTask[s.TaskID] {
+			if a.Started.After(resumedAt) {
+				rerun = append(rerun, fmt.Sprintf("%s step %s: task %s (done before the resume) attempt %d started %s, after the resume at %s",
+					w.ID, name, s.TaskID, a.N, a.Started.Format("15:04:05.000"), resumedAt.Format("15:04:05.000")))
+			}
+		}
+	}
+	return bad, rerun
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -27,6 +27,9 @@ type BulkCancelled struct {
 	// WorkflowID and Step name the workflow step the task ran; nil for plain tasks.
 	WorkflowID *uuid.UUID `db:"workflow_id"`
 	Step       *string    `db:"step"`
+	// Effects is what the cancel did to the rest of the step's workflow (see
+	// Task.Effects); nil for plain tasks.
+	Effects *StepEffects `db:"wf_effects"`
 }
 
 // CancelWaiting cancels every task of queue whose status is one of statuses, oldest

@@ -185,7 +185,7 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
-	acked, err := s.collectTasks(rows)
+	acked, err := s.collectEnded(rows)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
@@ -211,10 +211,7 @@ func (s *Store) Nack(ctx context.Context, n Nack) (Task, error) {
 		return Task{}, err
 	}
 	rows, err := s.pool.Query(ctx, nackTask, n.TaskID, n.LeaseToken, n.WorkerID, n.Retryable, retryAfter, text, s.now())
-	t, err := one[Task](rows, err, ErrLeaseLost)
-	if err == nil {
-		err = s.open(&t)
-	}
+	t, err := s.oneEnded(rows, err, ErrLeaseLost)
 	if err != nil {
 		return Task{}, fmt.Errorf("nack task %s: %w", n.TaskID, err)
 	}
@@ -231,10 +228,7 @@ func (s *Store) Release(ctx context.Context, r Release) (Task, error) {
 		return Task{}, err
 	}
 	rows, err := s.pool.Query(ctx, releaseTask, r.TaskID, r.LeaseToken, r.WorkerID, text, r.DelayMs, s.now())
-	t, err := one[Task](rows, err, ErrLeaseLost)
-	if err == nil {
-		err = s.open(&t)
-	}
+	t, err := s.oneEnded(rows, err, ErrLeaseLost)
 	if err != nil {
 		return Task{}, fmt.Errorf("release task %s: %w", r.TaskID, err)
 	}

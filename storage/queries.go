@@ -115,7 +115,7 @@ UPDATE tasks t SET
 FROM prev WHERE t.id = prev.id
 RETURNING ` + taskColumnsOf + `, prev.status AS from_status
 )` + stepsEnded("cancelled") + `
-SELECT ` + taskColumns + `, from_status FROM cancelled`
+SELECT ` + taskColumns + `, from_status, fx.effects AS wf_effects FROM cancelled` + effectsOf("cancelled")
 
 const taskStatus = `SELECT status FROM tasks WHERE queue = $1 AND id = $2`
 
@@ -339,7 +339,8 @@ var ackTasks = `WITH input AS (
 	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
 	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
 )` + stepsDone("acked") + `
-SELECT ` + taskColumns + ` FROM acked, woken`
+SELECT ` + taskColumns + `, fx.effects AS wf_effects
+FROM acked CROSS JOIN woken LEFT JOIN step_effects fx ON fx.effect_of = acked.id`
 
 // backoffMs is the retry delay after failed attempt n = t.attempts (1-based):
 // min(base * 2^(n-1) + rand(0, base), max), from the queue q.
@@ -370,7 +371,7 @@ var nackTask = `WITH ` + workflowLockForID + `, cur AS (
 		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
 	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
 )` + stepsEnded("nacked") + `
-SELECT ` + taskColumns + ` FROM nacked`
+SELECT ` + taskColumns + `, fx.effects AS wf_effects FROM nacked` + effectsOf("nacked")
 
 // releaseTask ends the current attempt as released, not counted against the retry
 // budget, and puts the task back in line where it was (pending, its scheduled_at
@@ -397,7 +398,7 @@ var releaseTask = `WITH ` + workflowLockForID + `, cur AS (
 		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
 	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
 )` + stepsEnded("released") + `
-SELECT ` + taskColumns + ` FROM released`
+SELECT ` + taskColumns + `, fx.effects AS wf_effects FROM released` + effectsOf("released")
 
 // reclaimExpired ends up to $1 attempts whose lease (which never outlives the
 // attempt's deadline) has expired: timed_out when the deadline passed, abandoned
@@ -436,7 +437,9 @@ var reclaimExpired = `WITH cur AS (
 	UPDATE attempts a SET status = ended.outcome, finished_at = coalesce($2::timestamptz, now()), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
 )` + stepsEnded("ended") + `
-SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at, workflow_id, step FROM ended`
+SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at, workflow_id, step,
+	fx.effects AS wf_effects
+FROM ended` + effectsOf("ended")
 
 // workerHeartbeatAges: seconds since each worker seen within $1 ms last heartbeated.
 const workerHeartbeatAges = `SELECT id, extract(epoch FROM now() - last_heartbeat_at)::float8 FROM workers
@@ -714,7 +717,7 @@ var bulkCancelWaitingTail = `
 	FROM c WHERE t.id = c.id
 	RETURNING t.id, c.status AS from_status, t.attempts, c.created_at, t.status, t.workflow_id, t.step
 )` + stepsEnded("bulk") + `
-SELECT id, from_status, attempts, created_at, workflow_id, step FROM bulk`
+SELECT id, from_status, attempts, created_at, workflow_id, step, fx.effects AS wf_effects FROM bulk` + effectsOf("bulk")
 
 // bulkPruneHeads reads the heads of queue $1 as the dispatcher does (each priority's
 // first due task in tasks_dispatch_idx) and as the sweep does (dueQueues' probe of
@@ -748,7 +751,7 @@ var bulkCancelIDs = `WITH c AS (
 	FROM c WHERE t.id = c.id
 	RETURNING t.id, c.status AS from_status, t.attempts, t.created_at, t.status, t.workflow_id, t.step
 )` + stepsEnded("bulk") + `
-SELECT id, from_status, attempts, created_at, workflow_id, step FROM bulk`
+SELECT id, from_status, attempts, created_at, workflow_id, step, fx.effects AS wf_effects FROM bulk` + effectsOf("bulk")
 
 // bulkDiscardDead deletes up to $4 dead tasks of queue $1: those among $2, or any
 // when $3. Their attempts go by ON DELETE CASCADE.
@@ -801,7 +804,11 @@ const workflowLockForID = `wf_locked AS MATERIALIZED (
 )`
 
 // stepsDone follows the CTE named src (task rows just made done: id, workflow_id,
-// step). The final SELECT must read woken (one row) so that its NOTIFYs run.
+// step). The final SELECT must read woken (one row) so that its NOTIFYs run, and
+// joins step_effects (effect_of, effects) to report what each row's ack did to its
+// workflow: the steps it unblocked (each credited to the first of its parents, in id
+// order, that this statement finished) and, on the row of the newest step acked in
+// it, the workflow's end. For a plain task these CTEs read nothing.
 func stepsDone(src string) string {
 	return `, done_steps AS MATERIALIZED (
 	SELECT s.id, s.workflow_id, s.step, w.generation FROM ` + src + ` s
@@ -810,35 +817,46 @@ func stepsDone(src string) string {
 	WHERE s.workflow_id IS NOT NULL
 ), freed AS (
 	UPDATE workflow_steps c SET waiting_on = c.waiting_on - d.n
-	FROM (SELECT e.workflow_id, e.child, cs.task_id, count(*) AS n
+	FROM (SELECT e.workflow_id, e.child, cs.task_id, count(*) AS n, (array_agg(s.id ORDER BY s.id))[1] AS by_task
 		FROM done_steps s
 		JOIN workflow_edges e ON e.workflow_id = s.workflow_id AND e.parent = s.step
 		JOIN workflow_steps cs ON cs.workflow_id = e.workflow_id AND cs.step = e.child
 		GROUP BY 1, 2, 3) d
 	WHERE c.workflow_id = d.workflow_id AND c.step = d.child AND c.task_id = d.task_id
-	RETURNING c.task_id, c.waiting_on
+	RETURNING c.task_id, c.waiting_on, d.by_task
 ), unblocked AS (
 	UPDATE tasks t SET status = 'pending', scheduled_at = greatest(t.scheduled_at, now()), updated_at = now()
 	FROM freed f WHERE t.id = f.task_id AND f.waiting_on = 0 AND t.status = 'blocked'
-	RETURNING t.queue
+	RETURNING t.id, t.queue, t.step, f.by_task
 ), progressed AS (
 	UPDATE workflows w SET steps_left = w.steps_left - d.n, updated_at = now(),
 		status = CASE WHEN w.status = 'running' AND w.steps_left = d.n THEN 'succeeded' ELSE w.status END,
 		finished_at = CASE WHEN w.status = 'running' AND w.steps_left = d.n THEN now() ELSE w.finished_at END
-	FROM (SELECT workflow_id, generation, count(*) AS n FROM done_steps GROUP BY 1, 2) d
+	FROM (SELECT workflow_id, generation, count(*) AS n, (array_agg(id ORDER BY id DESC))[1] AS by_task
+		FROM done_steps GROUP BY 1, 2) d
 	WHERE w.id = d.workflow_id AND w.generation = d.generation
-	RETURNING w.id
+	RETURNING w.id, w.status, w.steps_left, d.by_task
 ), woken AS (
 	SELECT count(pg_notify('` + DueChannel + `', q.queue)) AS notified FROM (SELECT DISTINCT queue FROM unblocked) q
+), step_effects AS (
+	SELECT coalesce(u.by_task, p.by_task) AS effect_of,
+		jsonb_build_object('workflow_ended', p.status, 'unblocked', coalesce(u.list, '[]'::jsonb)) AS effects
+	FROM (SELECT by_task, jsonb_agg(jsonb_build_object('id', id, 'queue', queue, 'step', step) ORDER BY id) AS list
+		FROM unblocked GROUP BY by_task) u
+	FULL JOIN (SELECT by_task, status FROM progressed WHERE status = 'succeeded' AND steps_left = 0) p
+		ON p.by_task = u.by_task
 )`
 }
 
 // stepsEnded follows the CTE named src (task rows just ended: id, workflow_id, step,
 // status); those dead or cancelled end their workflows. When several steps of one
-// workflow end in one statement, a dead one names the failure.
+// workflow end in one statement, a dead one names the failure. The final SELECT
+// joins step_effects (effectsOf) to report, on the row of the step that ended a
+// workflow, the workflow's end and the steps the cascade changed, each with the
+// status it had (executing: flagged cancel_requested, still running).
 func stepsEnded(src string) string {
 	return `, failed_steps AS MATERIALIZED (
-	SELECT DISTINCT ON (s.workflow_id) s.workflow_id, s.step, s.status, w.generation FROM ` + src + ` s
+	SELECT DISTINCT ON (s.workflow_id) s.id AS by_task, s.workflow_id, s.step, s.status, w.generation FROM ` + src + ` s
 	JOIN workflow_steps ws ON ws.task_id = s.id
 	JOIN workflows w ON w.id = s.workflow_id
 	WHERE s.workflow_id IS NOT NULL AND s.status IN ('dead', 'cancelled')
@@ -848,20 +866,42 @@ func stepsEnded(src string) string {
 		finished_at = now(), updated_at = now()
 	FROM failed_steps f
 	WHERE w.id = f.workflow_id AND w.status = 'running' AND w.generation = f.generation
-	RETURNING w.id, f.step, f.status AS step_status
+	RETURNING w.id, w.status, f.step, f.status AS step_status, f.by_task
+), cascade_targets AS MATERIALIZED (
+	-- Locked first, so that the status each had is the one the cascade changes.
+	SELECT t.id, t.status, e.step AS cause, e.step_status, e.by_task
+	FROM ended_workflows e JOIN workflow_steps ws ON ws.workflow_id = e.id
+	JOIN tasks t ON t.id = ws.task_id
+	WHERE t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
+		AND t.id NOT IN (SELECT id FROM ` + src + `)
+	ORDER BY t.id
+	FOR UPDATE OF t
 ), cascaded AS (
 	UPDATE tasks t SET
 		status = CASE WHEN t.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
 		cancel_requested = (t.status = 'executing'),
 		finished_at = CASE WHEN t.status = 'executing' THEN t.finished_at ELSE now() END,
-		last_error = 'workflow step ' || e.step
-			|| CASE WHEN e.step_status = 'dead' THEN ' died' ELSE ' was cancelled' END,
+		last_error = 'workflow step ' || c.cause
+			|| CASE WHEN c.step_status = 'dead' THEN ' died' ELSE ' was cancelled' END,
 		updated_at = now()
-	FROM ended_workflows e JOIN workflow_steps ws ON ws.workflow_id = e.id
-	WHERE t.id = ws.task_id AND t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
-		AND t.id NOT IN (SELECT id FROM ` + src + `)
-	RETURNING t.id
+	FROM cascade_targets c
+	WHERE t.id = c.id
+	RETURNING t.id, t.queue, t.step, t.attempts, t.workflow_id, c.status AS from_status, c.by_task
+), step_effects AS (
+	SELECT e.by_task AS effect_of,
+		jsonb_build_object('workflow_ended', e.status, 'cascaded', coalesce(c.list, '[]'::jsonb)) AS effects
+	FROM ended_workflows e
+	LEFT JOIN (SELECT by_task, jsonb_agg(jsonb_build_object('id', id, 'queue', queue, 'step', step,
+			'workflow_id', workflow_id, 'attempts', attempts, 'from_status', from_status) ORDER BY id) AS list
+		FROM cascaded GROUP BY by_task) c ON c.by_task = e.by_task
 )`
+}
+
+// effectsOf joins the step_effects of stepsDone or stepsEnded to the rows of src, as
+// fx.effects: NULL for a row whose end changed nothing else (every plain task).
+func effectsOf(src string) string {
+	return `
+LEFT JOIN step_effects fx ON fx.effect_of = ` + src + `.id`
 }
 
 const workflowColumns = `id, name, status, idempotency_key, fingerprint, created_at, finished_at`

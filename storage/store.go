@@ -169,6 +169,42 @@ func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
 	return tasks, nil
 }
 
+// endedTask is a row of a statement that ends tasks: the task, and what its end did
+// to the rest of its workflow (NULL for a plain task: nothing is decoded).
+type endedTask struct {
+	Task
+	WFEffects *StepEffects `db:"wf_effects"`
+}
+
+// collectEnded reads the rows of a statement that ends tasks (ackTasks), with each
+// task's Effects.
+func (s *Store) collectEnded(rows pgx.Rows) ([]Task, error) {
+	ended, err := pgx.CollectRows(rows, pgx.RowToStructByName[endedTask])
+	if err != nil {
+		return nil, err
+	}
+	tasks := make([]Task, len(ended))
+	for i := range ended {
+		tasks[i] = ended[i].Task
+		tasks[i].Effects = ended[i].WFEffects
+		if err := s.open(&tasks[i]); err != nil {
+			return nil, err
+		}
+	}
+	return tasks, nil
+}
+
+// oneEnded is one for a statement that ends one task (nackTask, releaseTask).
+func (s *Store) oneEnded(rows pgx.Rows, err error, notFound error) (Task, error) {
+	row, err := one[endedTask](rows, err, notFound)
+	if err != nil {
+		return Task{}, err
+	}
+	t := row.Task
+	t.Effects = row.WFEffects
+	return t, s.open(&t)
+}
+
 // open replaces t's sealed payload, result, progress and last error with their plain forms.
 func (s *Store) open(t *Task) error {
 	if s.sealer == nil || t.ID == uuid.Nil {

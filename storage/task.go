@@ -211,11 +211,19 @@ type Cancelled struct {
 	FromStatus string `json:"-" db:"from_status"` // the status it had
 }
 
+// cancelledRow is a row of cancelTask: the outcome and its Effects.
+type cancelledRow struct {
+	Cancelled
+	WFEffects *StepEffects `db:"wf_effects"`
+}
+
 // CancelTask cancels a waiting task at once, or asks the worker running it to stop
 // (CancelRequested). It returns ErrTaskNotCancellable for a finished task.
 func (s *Store) CancelTask(ctx context.Context, queue string, id uuid.UUID) (Cancelled, error) {
 	rows, err := s.pool.Query(ctx, cancelTask, queue, id)
-	t, err := one[Cancelled](rows, err, nil)
+	row, err := one[cancelledRow](rows, err, nil)
+	t := row.Cancelled
+	t.Effects = row.WFEffects
 	if err == nil {
 		err = s.open(&t.Task)
 	}

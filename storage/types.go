@@ -153,6 +153,34 @@ type Task struct {
 	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
 	WorkflowID *uuid.UUID `json:"workflow_id" db:"workflow_id"`
 	Step       *string    `json:"step" db:"step"`
+	// Effects is what the statement that ended this task (ack, nack, release,
+	// cancel) did to the rest of its workflow in the same transaction; nil when it
+	// did nothing more, and always for plain tasks and for reads.
+	Effects *StepEffects `json:"-" db:"-"`
+}
+
+// StepEffects is what the end of one workflow step's task did to its workflow inside
+// the statement that ended it: the steps it unblocked, the steps its failure cascade
+// cancelled, and the workflow's end. Each effect is reported once, with the row of
+// one task of the statement: a step unblocked by two parents acked together comes
+// with the first of them in id order, and a workflow that ends with several steps
+// of one batch comes with one of them.
+type StepEffects struct {
+	// WorkflowEnded is the status the workflow ended with (WorkflowSucceeded,
+	// WorkflowFailed or WorkflowCancelled); "" when it runs on.
+	WorkflowEnded string `json:"workflow_ended"`
+	// Unblocked are the steps the ack moved from blocked to pending.
+	Unblocked []UnblockedStep `json:"unblocked"`
+	// Cascaded are the other unfinished steps the failure cascade changed: cancelled,
+	// or (FromStatus executing) flagged cancel_requested and still running.
+	Cascaded []CancelledStep `json:"cascaded"`
+}
+
+// UnblockedStep is a workflow step's task an ack moved from blocked to pending.
+type UnblockedStep struct {
+	ID    uuid.UUID `json:"id"`
+	Queue string    `json:"queue"`
+	Step  string    `json:"step"`
 }
 
 // Attempt is one execution of a task by a worker.
@@ -250,6 +278,9 @@ type Reclaimed struct {
 	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
 	WorkflowID *uuid.UUID `db:"workflow_id"`
 	Step       *string    `db:"step"`
+	// Effects is what the reclaim did to the rest of the step's workflow (see
+	// Task.Effects); nil for plain tasks.
+	Effects *StepEffects `db:"wf_effects"`
 }
 
 // Worker is a worker process as last seen.

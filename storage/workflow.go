@@ -416,14 +416,15 @@ func (s *Store) ListWorkflows(ctx context.Context, status string, limit int, aft
 	return list, next, nil
 }
 
-// CancelledStep is a step task that a workflow's cancellation changed.
+// CancelledStep is a step task that a workflow's cancellation, or the failure cascade
+// of one of its steps (StepEffects.Cascaded), changed.
 type CancelledStep struct {
-	ID         uuid.UUID  `db:"id"`
-	Queue      string     `db:"queue"`
-	Attempts   int        `db:"attempts"`
-	FromStatus string     `db:"from_status"` // executing: flagged cancel_requested, still running
-	WorkflowID *uuid.UUID `db:"workflow_id"`
-	Step       *string    `db:"step"`
+	ID         uuid.UUID  `db:"id" json:"id"`
+	Queue      string     `db:"queue" json:"queue"`
+	Attempts   int        `db:"attempts" json:"attempts"`
+	FromStatus string     `db:"from_status" json:"from_status"` // executing: flagged cancel_requested, still running
+	WorkflowID *uuid.UUID `db:"workflow_id" json:"workflow_id"`
+	Step       *string    `db:"step" json:"step"`
 }
 
 // CancelWorkflow cancels a running workflow: every unfinished step's task is

@@ -1,10 +1,12 @@
 package storage_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -472,6 +474,78 @@ func TestWorkflowReclaimedDeadStepFailsWorkflow(t *testing.T) {
 	if err != nil || len(reclaimed) != 1 || reclaimed[0].Status != storage.StatusDead || *reclaimed[0].Step != "a" {
 		t.Fatalf("reclaim: %+v %v", reclaimed, err)
 	}
+	// The reclaim reports what it did to the workflow: failed, b flagged, c cancelled.
+	fx := reclaimed[0].Effects
+	if fx == nil || fx.WorkflowEnded != storage.WorkflowFailed || len(fx.Unblocked) != 0 || cascadedSteps(fx) != "b:executing,c:blocked" {
+		t.Errorf("reclaim effects %+v, want failed with b (executing) and c (blocked) cascaded", fx)
+	}
 	wantStatuses(t, s, w.ID, map[string]string{"workflow": "failed", "a": "dead", "b": "executing", "c": "cancelled"})
 	checkTally(t, s, "q")
+}
+
+// cascadedSteps lists fx's cascaded steps as step:from_status, in step order.
+func cascadedSteps(fx *storage.StepEffects) string {
+	var out []string
+	for _, c := range fx.Cascaded {
+		out = append(out, *c.Step+":"+c.FromStatus)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// TestWorkflowStatementEffects checks what the transition statements report beside
+// their tasks: nothing for a plain task; for an ack batch finishing both parents of
+// a join, the join unblocked once (with the first parent in id order); the end of
+// the workflow with its last ack; and for a cancel, the cascade and the end.
+func TestWorkflowStatementEffects(t *testing.T) {
+	s := workflowStore(t, "q")
+	ctx := context.Background()
+	w := submit(t, s, step("p1", "q"), step("p2", "q"), step("join", "q", "p1", "p2"))
+	if _, err := s.Enqueue(ctx, "q", []storage.NewTask{{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`{}`), Priority: 5}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := claimAll(t, s, "q", "w")
+	if len(got) != 3 {
+		t.Fatalf("claimed %d tasks, want p1, p2 and the plain task", len(got))
+	}
+	items := make([]storage.AckItem, len(got))
+	first := uuid.Max
+	for i, x := range got {
+		items[i] = storage.AckItem{TaskID: x.ID, LeaseToken: *x.LeaseToken, WorkerID: "w"}
+		if x.Step != nil && bytes.Compare(x.ID[:], first[:]) < 0 {
+			first = x.ID
+		}
+	}
+	acked, err := s.AckMany(ctx, items)
+	if err != nil || len(acked) != 3 {
+		t.Fatalf("ack: %d %v", len(acked), err)
+	}
+	for id, x := range acked {
+		switch {
+		case x.Step == nil && x.Effects != nil:
+			t.Errorf("plain task's ack reports %+v", x.Effects)
+		case x.Step != nil && id == first:
+			if x.Effects == nil || len(x.Effects.Unblocked) != 1 || x.Effects.Unblocked[0].Step != "join" ||
+				x.Effects.Unblocked[0].ID != w.Steps[2].TaskID || x.Effects.Unblocked[0].Queue != "q" || x.Effects.WorkflowEnded != "" {
+				t.Errorf("ack of %s (first parent) reports %+v, want join unblocked", *x.Step, x.Effects)
+			}
+		case x.Step != nil && x.Effects != nil:
+			t.Errorf("ack of %s (second parent) reports %+v, want nothing (join comes with the first)", *x.Step, x.Effects)
+		}
+	}
+	join := claimAll(t, s, "q", "w")
+	done := ack(t, s, join[0])
+	if done.Effects == nil || done.Effects.WorkflowEnded != storage.WorkflowSucceeded || len(done.Effects.Unblocked) != 0 {
+		t.Errorf("last ack reports %+v, want the workflow succeeded", done.Effects)
+	}
+
+	w2 := submit(t, s, step("a", "q"), step("b", "q", "a"))
+	c, err := s.CancelTask(ctx, "q", w2.Steps[0].TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fx := c.Effects; fx == nil || fx.WorkflowEnded != storage.WorkflowCancelled || cascadedSteps(fx) != "b:blocked" ||
+		fx.Cascaded[0].ID != w2.Steps[1].TaskID || *fx.Cascaded[0].WorkflowID != w2.ID {
+		t.Errorf("cancel reports %+v, want the workflow cancelled with b cascaded", fx)
+	}
 }

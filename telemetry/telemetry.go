@@ -92,7 +92,7 @@ func New(log *slog.Logger) *Telemetry {
 	t.scheduleLate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "taskforge_schedule_lateness_seconds",
 		Help: "Time from a schedule's tick to the commit of its task, on the database clock.", Buckets: latencyBuckets})
 	t.workflows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_workflows_total",
-		Help: "Workflows this replica created (event submitted) or cancelled by request (event cancelled)."}, []string{"event"})
+		Help: "Workflow transitions this replica made: submitted, resumed (a dead step replayed), and the ends succeeded, failed and cancelled, whether made by a request or inside a step's statement."}, []string{"event"})
 	for _, c := range []prometheus.Collector{t.workflows, t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
 		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration,
 		t.scheduleRuns, t.scheduleLate} {
@@ -172,12 +172,57 @@ func (t *Telemetry) Transition(tr Transition) {
 	}
 }
 
-// Workflow counts a workflow event: "submitted" or "cancelled".
+// Workflow counts a workflow event in taskforge_workflows_total without logging it;
+// WorkflowTransition is the usual way to report one.
 func (t *Telemetry) Workflow(event string) {
 	if t == nil {
 		return
 	}
 	t.workflows.WithLabelValues(event).Inc()
+}
+
+// WorkflowChange is a change of a workflow's status: its submission (From ""), its
+// end (To succeeded, failed or cancelled), or its resumption (failed → running).
+type WorkflowChange struct {
+	WorkflowID uuid.UUID
+	From       string // "" for a new workflow
+	To         string
+	// TaskID, Queue and Step name the step whose task's transition made the change
+	// (an ack, a death, a cancel, a replay); zero when none did (a submission, a
+	// cancel of the whole workflow).
+	TaskID uuid.UUID
+	Queue  string
+	Step   string
+	Reason string
+}
+
+// WorkflowTransition logs a workflow's change of status (one "workflow transition"
+// line at info level) and counts it in taskforge_workflows_total: event "submitted"
+// for a new workflow, "resumed" for one running again, else its final status.
+func (t *Telemetry) WorkflowTransition(c WorkflowChange) {
+	if t == nil {
+		return
+	}
+	event := c.To
+	if c.To == "running" {
+		event = "submitted"
+		if c.From != "" {
+			event = "resumed"
+		}
+	}
+	t.workflows.WithLabelValues(event).Inc()
+	if ctx := context.Background(); t.log.Enabled(ctx, slog.LevelInfo) {
+		attrs := []slog.Attr{slog.String("workflow_id", c.WorkflowID.String()),
+			slog.String("from_status", c.From), slog.String("to_status", c.To)}
+		if c.TaskID != uuid.Nil {
+			attrs = append(attrs, slog.String("task_id", c.TaskID.String()), slog.String("queue", c.Queue),
+				slog.String("step", c.Step))
+		}
+		if c.Reason != "" {
+			attrs = append(attrs, slog.String("reason", c.Reason))
+		}
+		t.log.LogAttrs(ctx, slog.LevelInfo, "workflow transition", attrs...)
+	}
 }
 
 // Reclaimed counts a watchdog reclaim by its reason.

@@ -30,6 +30,9 @@ func (l *Lifecycle) Cancel(ctx context.Context, queue string, id uuid.UUID) (sto
 	if err := l.buf.Remove(ctx, queue, id); err != nil {
 		l.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
 	}
+	if t.Effects != nil { // a step: its workflow ended cancelled, its other steps with it
+		l.stepEffects(ctx, t.ID, queue, t.WorkflowID, t.Step, t.Effects)
+	}
 	return t, nil
 }
 
@@ -54,7 +57,11 @@ func (l *Lifecycle) CancelMany(ctx context.Context, queue string, sel CancelSele
 			sel.AfterBatch(len(batch))
 		}
 		var ended, buffered []uuid.UUID
+		var steps []storage.BulkCancelled // those whose end changed their workflows
 		for _, t := range batch {
+			if t.Effects != nil {
+				steps = append(steps, t)
+			}
 			if t.FromStatus == storage.StatusExecuting {
 				requested++
 				continue
@@ -64,12 +71,19 @@ func (l *Lifecycle) CancelMany(ctx context.Context, queue string, sel CancelSele
 			if t.FromStatus == storage.StatusBuffered {
 				buffered = append(buffered, t.ID)
 			}
-			l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
-				To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by bulk request"})
+			tr := telemetry.Transition{TaskID: t.ID, Queue: queue, From: t.FromStatus,
+				To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by bulk request"}
+			if t.WorkflowID != nil && t.Step != nil {
+				tr.WorkflowID, tr.Step = *t.WorkflowID, *t.Step
+			}
+			l.tel.Transition(tr)
 		}
 		bg := context.WithoutCancel(ctx)
 		l.removeBuffered(bg, queue, buffered...)
 		l.announceEnded(bg, ended...)
+		for _, t := range steps {
+			l.stepEffects(bg, t.ID, queue, t.WorkflowID, t.Step, t.Effects)
+		}
 	}
 	if sel.Statuses != nil {
 		_, err = l.store.CancelWaiting(ctx, queue, sel.Statuses, sel.Rows, each)
@@ -93,13 +107,15 @@ func (l *Lifecycle) CancelWorkflow(ctx context.Context, id uuid.UUID) (storage.W
 	if err != nil {
 		return storage.Workflow{}, fmt.Errorf("cancel workflow %s: %w", id, err)
 	}
-	l.tel.Workflow("cancelled")
 	l.stepsCancelled(ctx, changed, "workflow cancelled by request")
+	l.tel.WorkflowTransition(telemetry.WorkflowChange{WorkflowID: id, From: storage.WorkflowRunning,
+		To: storage.WorkflowCancelled, Reason: "cancelled by request"})
 	return w, nil
 }
 
-// stepsCancelled reports the step tasks a workflow's cancellation changed, and keeps
-// the cancelled ones from taking a poll's place in the buffer.
+// stepsCancelled reports the step tasks a workflow's cancellation (or a failure
+// cascade) changed, tells their waiters of the cancelled ones, and keeps those from
+// taking a poll's place in the buffer.
 func (l *Lifecycle) stepsCancelled(ctx context.Context, changed []storage.CancelledStep, reason string) {
 	ctx = context.WithoutCancel(ctx)
 	buffered := map[string][]uuid.UUID{}

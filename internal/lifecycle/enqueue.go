@@ -55,7 +55,7 @@ func (l *Lifecycle) SubmitWorkflow(ctx context.Context, w storage.NewWorkflow) (
 	if !out.Created {
 		return out, nil
 	}
-	l.tel.Workflow("submitted")
+	l.tel.WorkflowTransition(telemetry.WorkflowChange{WorkflowID: out.Workflow.ID, To: storage.WorkflowRunning})
 	var woken []string
 	for _, st := range out.Workflow.Steps {
 		l.tel.Transition(telemetry.Transition{TaskID: st.TaskID, Queue: *st.Queue, To: *st.Status,

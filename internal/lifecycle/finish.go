@@ -35,7 +35,8 @@ func (l *Lifecycle) Ack(ctx context.Context, item storage.AckItem) (storage.Task
 // AckMany acks items of one worker in one (group) commit and returns one outcome per
 // item, in order: each item succeeds or fails (lease lost) on its own. An error
 // means the commit itself failed: nothing was acked, or, when it timed out, nobody
-// knows. Workflow steps the acks unblock are released by the statement itself.
+// knows. Workflow steps the acks unblock are released by the statement itself; they
+// and the workflows the acks end are logged and counted here (stepEffects).
 func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
 	outcomes, err := l.acks.do(ctx, items...)
 	if err != nil {
@@ -91,7 +92,8 @@ func (l *Lifecycle) released(ctx context.Context, t storage.Task, workerID strin
 }
 
 // finished is the follow-up of an attempt that ended through a worker's report: the
-// transition log, the waiters of a finished task, the span, and the slot it held.
+// transition log, the waiters of a finished task, the span, the slot it held, and
+// what the statement did to the task's workflow.
 func (l *Lifecycle) finished(ctx context.Context, t storage.Task, workerID, reason string) {
 	var took time.Duration
 	if t.AttemptStartedAt != nil {
@@ -114,6 +116,9 @@ func (l *Lifecycle) finished(ctx context.Context, t storage.Task, workerID, reas
 	if err == nil && ok {
 		l.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
 	}
+	if t.Effects != nil {
+		l.stepEffects(ctx, t.ID, t.Queue, t.WorkflowID, t.Step, t.Effects)
+	}
 }
 
 // Reclaim ends up to limit attempts whose lease expired (abandoned) or whose timeout
@@ -135,9 +140,16 @@ func (l *Lifecycle) Reclaim(ctx context.Context, limit int) ([]storage.Reclaimed
 		l.due(r.Queue)                        // a retry scheduled by the reclaim: plan for it
 		l.releaseSlots(bg, r.Queue, r.TaskID) // the slot the lost attempt held
 		l.tel.Reclaimed(r.Queue, r.Outcome)
-		l.tel.Transition(telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
+		tr := telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
 			From: storage.StatusExecuting, To: r.Status, Attempt: r.Attempt, Duration: r.EndedAt.Sub(r.StartedAt),
-			Reason: r.Outcome})
+			Reason: r.Outcome}
+		if r.WorkflowID != nil && r.Step != nil {
+			tr.WorkflowID, tr.Step = *r.WorkflowID, *r.Step
+		}
+		l.tel.Transition(tr)
+		if r.Effects != nil {
+			l.stepEffects(bg, r.TaskID, r.Queue, r.WorkflowID, r.Step, r.Effects)
+		}
 	}
 	l.announceEnded(bg, finished...)
 	return ended, nil
