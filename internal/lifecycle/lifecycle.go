@@ -69,6 +69,8 @@ type Lifecycle struct {
 	acks   *groupCommit[storage.AckItem, ackOutcome]
 	claims *groupCommit[claimRequest, []storage.Task]
 	ended  *endHub
+	// announcer publishes ended tasks to the other replicas (announce.go).
+	announcer *announcer
 
 	// afterClaim, set only by tests (hooks.go), runs with the claim's context once a
 	// claim committed and before Claim returns.
@@ -81,6 +83,7 @@ func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *
 	cfg = cfg.WithDefaults()
 	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
 		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
+	l.announcer = newAnnouncer(buf.PublishDone, log)
 	l.acks = newAckCommit(store, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	return l
