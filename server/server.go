@@ -265,6 +265,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, s.Dispatcher, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
+		BufferTarget:  dispatcher.Config{}.WithDefaults().BufferTarget,
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
 	s.API, err = api.New(s.Store, s.Buffer, s.Lifecycle, api.Config{
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,

@@ -43,6 +43,12 @@ type Config struct {
 	// the dispatcher does not LISTEN (behind a transaction pooler): nothing else
 	// tells it of them before its sweep. With LISTEN, the enqueue's NOTIFY does.
 	WakeOnEnqueue bool
+	// BufferTarget, when positive, lets an enqueue of up to 100 tasks due now put
+	// them in the buffer itself (committed as dispatched, then ZADDed) while the
+	// queue's buffer holds no more than BufferTarget ids with them, instead of
+	// leaving them to the dispatcher's next pass. Set it to the dispatcher's
+	// BufferTarget. Zero leaves every task to the dispatcher.
+	BufferTarget int
 	// Telemetry receives metrics, transition logs and spans; nil disables them.
 	Telemetry *telemetry.Telemetry
 }
