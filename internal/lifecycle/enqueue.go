@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -58,6 +60,7 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 		// Committed as dispatched: if this ZADD fails or we crash now, the
 		// dispatcher's repair pass re-adds them, as after its own lost ZADD.
 		err := l.buf.Add(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs))
+		l.sizes.added(queue, len(buffered))
 		if err != nil {
 			l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
 				"tasks", len(buffered), "err", err)
@@ -74,7 +77,8 @@ const maxBufferDirectly = 100
 
 // bufferDirectly says whether an enqueue of tasks into queue may put them straight
 // into the buffer (Config.BufferTarget), with the queue's limits: only tasks due now,
-// in a queue that is not paused, whose buffer has room for them all. PostgreSQL has
+// in a queue that is not paused, whose buffer has room for them all (as this replica
+// last saw it, within sizeFresh; else one ZCARD). PostgreSQL has
 // the last word (the queue may have been paused since, or hold due work the
 // dispatcher has yet to move: see storage.Store.EnqueueBuffered).
 func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []storage.NewTask) (ratelimit.Limits, bool) {
@@ -86,11 +90,65 @@ func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []st
 	if err != nil || !ok || limits.Paused {
 		return limits, false
 	}
-	sizes, err := l.buf.Sizes(ctx, []string{queue})
-	if err != nil {
-		return limits, false
+	size, ok := l.sizes.get(queue)
+	if !ok {
+		sizes, err := l.buf.Sizes(ctx, []string{queue})
+		if err != nil {
+			return limits, false
+		}
+		size = int(sizes[queue])
+		l.sizes.saw(queue, size)
 	}
-	return limits, int(sizes[queue])+len(tasks) <= l.cfg.BufferTarget
+	return limits, size+len(tasks) <= l.cfg.BufferTarget
+}
+
+// sizeFresh is how long a buffer size this replica read (or changed) stands in for
+// a ZCARD. Other replicas' additions in that time go unseen, so a buffer may exceed
+// its target by what they added in a second: the target bounds memory, not
+// correctness.
+const sizeFresh = time.Second
+
+// bufferSizes remembers the buffer size of each queue as this replica last saw it:
+// from a ZCARD, a pop's remainder, plus its own additions since.
+type bufferSizes struct {
+	mu sync.Mutex
+	m  map[string]sizeSeen
+}
+
+type sizeSeen struct {
+	n  int
+	at time.Time
+}
+
+// get returns queue's size if seen within sizeFresh.
+func (b *bufferSizes) get(queue string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.m[queue]
+	if !ok || time.Since(s.at) >= sizeFresh {
+		return 0, false
+	}
+	return s.n, true
+}
+
+// saw records that queue's buffer held n ids just now.
+func (b *bufferSizes) saw(queue string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) > 100_000 { // bounded against many short-lived queues
+		b.m = map[string]sizeSeen{}
+	}
+	b.m[queue] = sizeSeen{n: n, at: time.Now()}
+}
+
+// added counts n ids this replica added to queue's buffer, keeping the time seen.
+func (b *bufferSizes) added(queue string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.m[queue]; ok {
+		s.n += n
+		b.m[queue] = s
+	}
 }
 
 // SubmitWorkflow stores workflow w, its steps pending or blocked on their parents,

@@ -77,6 +77,8 @@ type Lifecycle struct {
 	ended  *endHub
 	// announcer publishes ended tasks to the other replicas (announce.go).
 	announcer *announcer
+	// sizes are the buffer sizes this replica saw lately (enqueue.go).
+	sizes bufferSizes
 
 	// afterClaim, set only by tests (hooks.go), runs with the claim's context once a
 	// claim committed and before Claim returns.
