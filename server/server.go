@@ -271,6 +271,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Lifecycle = lifecycle.New(s.Store, s.Buffer, wakes, lifecycle.Config{LeaseTimeout: cfg.LeaseTimeout,
 		CommitTimeout: cfg.CommitTimeout, CommitMaxWaiting: cfg.CommitMaxWaiting, LowWater: dispatcher.LowWater,
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
+		BufferTarget:  dispatcher.Config{}.WithDefaults().BufferTarget,
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, s.Lifecycle, wakes, dispatcher.Config{Interval: cfg.DispatchInterval,
 		ListenConnConfig: listenConn, NoListen: noListen},
@@ -369,6 +370,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		run  func(context.Context) error
 	}{
 		{"wake listener", s.API.Run},
+		{"done announcer", s.Lifecycle.Run},
 		{"dispatcher", s.Dispatcher.Run},
 		{"watchdog", s.Watchdog.Run},
 		{"scheduler", s.Scheduler.Run},

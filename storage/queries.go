@@ -41,7 +41,18 @@ const deleteQueue = `DELETE FROM queues WHERE name = $1`
 
 // lockQueueForEnqueue reads the queue's defaults and holds KEY SHARE so that a
 // concurrent DeleteQueue waits for the enqueue to finish (and then sees its tasks).
-const lockQueueForEnqueue = `SELECT max_retries FROM queues WHERE name = $1 FOR KEY SHARE`
+// When $2 asks, it also says whether tasks due now may go straight to the buffer:
+// the queue is not paused and holds no due task the dispatcher has yet to move (one
+// probe of tasks_dispatch_idx per priority level), so none jumps ahead of older work.
+const lockQueueForEnqueue = `SELECT max_retries, $2::bool AND NOT paused AND NOT EXISTS (
+	SELECT 1 FROM generate_series(1, 10) AS level(priority)
+	CROSS JOIN LATERAL (
+		SELECT 1 FROM tasks
+		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+			AND scheduled_at <= now()
+		LIMIT 1
+	) due
+) FROM queues WHERE name = $1 FOR KEY SHARE`
 
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
@@ -60,10 +71,15 @@ const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.schedul
 // NULL). A task whose idempotency key is already
 // taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
 // inserter of the same key, so concurrent identical requests create one task).
+// With $13, tasks without a scheduled_at are inserted dispatched ('claimed'), as
+// the dispatcher would leave them, for the caller to mirror into the buffer.
 const insertTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule)
-SELECT i.id, $1, i.payload::jsonb, i.priority, 'pending', coalesce(i.scheduled_at, now()),
-	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12
+	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
+SELECT i.id, $1, i.payload::jsonb, i.priority,
+	CASE WHEN $13::bool AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
+	coalesce(i.scheduled_at, now()),
+	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
+	CASE WHEN $13::bool AND i.scheduled_at IS NULL THEN now() END
 FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
 	$9::text[], $10::bytea[])
 	WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,10 +18,24 @@ import (
 // when the stored fingerprint matches, the stored task is returned with Created
 // false; otherwise the whole batch fails with an *IdempotencyConflictError.
 func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
+	return s.enqueue(ctx, queue, tasks, traceparent, false)
+}
+
+// EnqueueBuffered is Enqueue that, when the queue is not paused and holds no due
+// task the dispatcher has yet to move, inserts the tasks without a ScheduledAt as
+// dispatched (StatusClaimed), as a dispatch pass would leave them, saving their
+// dispatch commit. The caller mirrors those into the buffer (buffer.Add); should it
+// not, the dispatcher's repair pass re-adds them, as after any lost ZADD. Other
+// tasks are pending, and announced to the dispatchers, as with Enqueue.
+func (s *Store) EnqueueBuffered(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
+	return s.enqueue(ctx, queue, tasks, traceparent, true)
+}
+
+func (s *Store) enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string, buffered bool) ([]Enqueued, error) {
 	var out []Enqueued
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil)
+		out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil, buffered)
 		return err
 	})
 	if err != nil {
@@ -34,7 +49,8 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 
 // enqueueTx is Enqueue within tx, for tasks that schedule (nil: none) fired. It seals
 // payloads, reserves idempotency keys and wakes the dispatchers as Enqueue does.
-func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, traceparent, schedule *string) ([]Enqueued, error) {
+// With buffered, tasks go straight to the buffer as EnqueueBuffered says.
+func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, traceparent, schedule *string, buffered bool) ([]Enqueued, error) {
 	n := len(tasks)
 	ids := make([]uuid.UUID, n)
 	payloads := make([]string, n)
@@ -61,14 +77,14 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 
 	out := make([]Enqueued, n)
 	var defaultRetries int
-	if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue).Scan(&defaultRetries); err != nil {
+	if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue, buffered).Scan(&defaultRetries, &buffered); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, ErrQueueNotFound
 		}
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
-		schedules, retries, timeouts, keys, fingerprints, traceparent, schedule)
+		schedules, retries, timeouts, keys, fingerprints, traceparent, schedule, buffered)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +111,7 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 			return nil, err
 		}
 	}
-	if len(inserted) > 0 {
+	if slices.ContainsFunc(inserted, func(t Task) bool { return t.Status == StatusPending }) {
 		// Dispatchers take due tasks at once and plan a wake-up for later ones.
 		if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
 			return nil, err

@@ -37,6 +37,9 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 			synced = true
 			continue
 		}
+		if l.cfg.BufferTarget > 0 {
+			l.sizes.saw(queue, popped.Remaining)
+		}
 		if len(popped.Entries) > 0 && popped.Remaining < l.cfg.LowWater && l.wake != nil {
 			l.wake.WakeLow(queue)
 		}

@@ -90,15 +90,13 @@ func (l *Lifecycle) Waiting() int { return l.ended.count() }
 // announceEnded tells the waiters of every replica that tasks ids became terminal
 // (done, dead or cancelled); every transition that ends a task calls it after its
 // statement committed. This replica's waiters are woken at once, the others through
-// Redis. A failed publish is logged: the others' waiters then answer at their
+// Redis, published by Run off the caller's path (by the caller when Run does not
+// run). A failed publish is logged: the others' waiters then answer at their
 // deadline.
 func (l *Lifecycle) announceEnded(ctx context.Context, ids ...uuid.UUID) {
 	if len(ids) == 0 {
 		return
 	}
 	l.ended.wake(ids)
-	if err := l.buf.PublishDone(context.WithoutCancel(ctx), ids...); err != nil {
-		l.log.Warn("finished tasks not announced; other replicas' waiters answer at their deadline",
-			"tasks", len(ids), "err", err)
-	}
+	l.announcer.announce(ctx, ids)
 }

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/crashpoint"
+	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
 )
@@ -14,28 +19,136 @@ import (
 // Enqueue stores tasks in queue under an enqueue span that continues ctx's trace
 // (the producer's, see telemetry.FromHeader), records that span's traceparent with
 // each task, and reports the tasks it created (an idempotent repeat creates none).
-// The statement's NOTIFY tells the dispatchers; with Config.WakeOnEnqueue, this
+// Tasks due now go straight into the buffer when Config.BufferTarget allows
+// (bufferDirectly), saving the dispatcher's hop and commit; for the others, the
+// statement's NOTIFY tells the dispatchers, and with Config.WakeOnEnqueue, this
 // replica's dispatcher is also told directly.
 func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
 	ctx, span := l.tel.StartSpan(ctx, "taskforge.enqueue",
 		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
 	defer span.End()
-	out, err := l.store.Enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
+	limits, direct := l.bufferDirectly(ctx, queue, tasks)
+	enqueue := l.store.Enqueue
+	if direct {
+		enqueue = l.store.EnqueueBuffered
+	}
+	out, err := enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
 	if err != nil {
 		span.RecordError(err)
 		return nil, fmt.Errorf("enqueue %d tasks in queue %s: %w", len(tasks), queue, err)
 	}
-	created := false
+	pending := false
+	var buffered []storage.Buffered
 	for _, e := range out {
-		if e.Created {
-			created = true
-			l.tel.Transition(telemetry.Transition{TaskID: e.Task.ID, Queue: e.Task.Queue, To: storage.StatusPending})
+		if !e.Created {
+			continue
+		}
+		t := e.Task
+		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: storage.StatusPending})
+		if t.Status != storage.StatusClaimed {
+			pending = true
+			continue
+		}
+		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: storage.StatusPending, To: storage.StatusClaimed})
+		l.tel.TaskSpan("taskforge.dispatch", t.Traceparent,
+			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
+		buffered = append(buffered, storage.Buffered{ID: t.ID, Priority: t.Priority, ScheduledAt: t.ScheduledAt,
+			FromStatus: storage.StatusPending, Traceparent: t.Traceparent})
+	}
+	if len(buffered) > 0 {
+		crashpoint.Hit(crashpoint.AfterDispatchCommit)
+		// Committed as dispatched: if this ZADD fails or we crash now, the
+		// dispatcher's repair pass re-adds them, as after its own lost ZADD.
+		err := l.buf.Add(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs))
+		l.sizes.added(queue, len(buffered))
+		if err != nil {
+			l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
+				"tasks", len(buffered), "err", err)
 		}
 	}
-	if created {
+	if pending {
 		l.enqueued(queue)
 	}
 	return out, nil
+}
+
+// maxBufferDirectly is the most tasks one enqueue puts in the buffer itself.
+const maxBufferDirectly = 100
+
+// bufferDirectly says whether an enqueue of tasks into queue may put them straight
+// into the buffer (Config.BufferTarget), with the queue's limits: only tasks due now,
+// in a queue that is not paused, whose buffer has room for them all (as this replica
+// last saw it, within sizeFresh; else one ZCARD). PostgreSQL has
+// the last word (the queue may have been paused since, or hold due work the
+// dispatcher has yet to move: see storage.Store.EnqueueBuffered).
+func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []storage.NewTask) (ratelimit.Limits, bool) {
+	if l.cfg.BufferTarget <= 0 || len(tasks) > maxBufferDirectly ||
+		slices.ContainsFunc(tasks, func(t storage.NewTask) bool { return t.ScheduledAt != nil }) {
+		return ratelimit.Limits{}, false
+	}
+	limits, ok, err := l.limits.Get(ctx, queue)
+	if err != nil || !ok || limits.Paused {
+		return limits, false
+	}
+	size, ok := l.sizes.get(queue)
+	if !ok {
+		sizes, err := l.buf.Sizes(ctx, []string{queue})
+		if err != nil {
+			return limits, false
+		}
+		size = int(sizes[queue])
+		l.sizes.saw(queue, size)
+	}
+	return limits, size+len(tasks) <= l.cfg.BufferTarget
+}
+
+// sizeFresh is how long a buffer size this replica read (or changed) stands in for
+// a ZCARD. Other replicas' additions in that time go unseen, so a buffer may exceed
+// its target by what they added in a second: the target bounds memory, not
+// correctness.
+const sizeFresh = time.Second
+
+// bufferSizes remembers the buffer size of each queue as this replica last saw it:
+// from a ZCARD, a pop's remainder, plus its own additions since.
+type bufferSizes struct {
+	mu sync.Mutex
+	m  map[string]sizeSeen
+}
+
+type sizeSeen struct {
+	n  int
+	at time.Time
+}
+
+// get returns queue's size if seen within sizeFresh.
+func (b *bufferSizes) get(queue string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.m[queue]
+	if !ok || time.Since(s.at) >= sizeFresh {
+		return 0, false
+	}
+	return s.n, true
+}
+
+// saw records that queue's buffer held n ids just now.
+func (b *bufferSizes) saw(queue string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) > 100_000 { // bounded against many short-lived queues
+		b.m = map[string]sizeSeen{}
+	}
+	b.m[queue] = sizeSeen{n: n, at: time.Now()}
+}
+
+// added counts n ids this replica added to queue's buffer, keeping the time seen.
+func (b *bufferSizes) added(queue string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.m[queue]; ok {
+		s.n += n
+		b.m[queue] = s
+	}
 }
 
 // SubmitWorkflow stores workflow w, its steps pending or blocked on their parents,

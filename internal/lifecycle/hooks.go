@@ -27,3 +27,7 @@ func SetClaimCommitHooks(l *Lifecycle, h CommitHooks) {
 // SetAfterClaim makes l call f with the claim's context after each claim commits,
 // before Claim returns.
 func SetAfterClaim(l *Lifecycle, f func(context.Context)) { l.afterClaim = f }
+
+// SetBeforeAnnounce makes Run's announcer call f with the number of ids before each
+// publish (f may block it). Set it before Run starts.
+func SetBeforeAnnounce(l *Lifecycle, f func(ids int)) { l.announcer.beforePublish = f }

@@ -43,6 +43,12 @@ type Config struct {
 	// the dispatcher does not LISTEN (behind a transaction pooler): nothing else
 	// tells it of them before its sweep. With LISTEN, the enqueue's NOTIFY does.
 	WakeOnEnqueue bool
+	// BufferTarget, when positive, lets an enqueue of up to 100 tasks due now put
+	// them in the buffer itself (committed as dispatched, then ZADDed) while the
+	// queue's buffer holds no more than BufferTarget ids with them, instead of
+	// leaving them to the dispatcher's next pass. Set it to the dispatcher's
+	// BufferTarget. Zero leaves every task to the dispatcher.
+	BufferTarget int
 	// Telemetry receives metrics, transition logs and spans; nil disables them.
 	Telemetry *telemetry.Telemetry
 }
@@ -69,6 +75,10 @@ type Lifecycle struct {
 	acks   *groupCommit[storage.AckItem, ackOutcome]
 	claims *groupCommit[claimRequest, []storage.Task]
 	ended  *endHub
+	// announcer publishes ended tasks to the other replicas (announce.go).
+	announcer *announcer
+	// sizes are the buffer sizes this replica saw lately (enqueue.go).
+	sizes bufferSizes
 
 	// afterClaim, set only by tests (hooks.go), runs with the claim's context once a
 	// claim committed and before Claim returns.
@@ -81,6 +91,7 @@ func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *
 	cfg = cfg.WithDefaults()
 	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
 		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
+	l.announcer = newAnnouncer(buf.PublishDone, log)
 	l.acks = newAckCommit(store, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	return l
