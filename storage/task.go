@@ -23,7 +23,7 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 
 // EnqueueBuffered is Enqueue that, when the queue is not paused and holds no due
 // task the dispatcher has yet to move, inserts the tasks without a ScheduledAt as
-// dispatched (StatusClaimed), as a dispatch pass would leave them, saving their
+// dispatched (StatusBuffered), as a dispatch pass would leave them, saving their
 // dispatch commit. The caller mirrors those into the buffer (buffer.Add); should it
 // not, the dispatcher's repair pass re-adds them, as after any lost ZADD. Other
 // tasks are pending, and announced to the dispatchers, as with Enqueue.

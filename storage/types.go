@@ -27,12 +27,6 @@ const (
 	StatusCancelled = "cancelled"
 )
 
-// StatusClaimed is the old name of StatusBuffered.
-//
-// Deprecated: use StatusBuffered; kept so that branches written before the
-// rename still build once merged.
-const StatusClaimed = StatusBuffered
-
 // Statuses lists every task status, in lifecycle order.
 var Statuses = []string{StatusPending, StatusBlocked, StatusBuffered, StatusExecuting, StatusRetry, StatusDone, StatusDead, StatusCancelled}
 

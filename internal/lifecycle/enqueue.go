@@ -45,11 +45,11 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 		}
 		t := e.Task
 		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: storage.StatusPending})
-		if t.Status != storage.StatusClaimed {
+		if t.Status != storage.StatusBuffered {
 			pending = true
 			continue
 		}
-		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: storage.StatusPending, To: storage.StatusClaimed})
+		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: storage.StatusPending, To: storage.StatusBuffered})
 		l.tel.TaskSpan("taskforge.dispatch", t.Traceparent,
 			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
 		buffered = append(buffered, storage.Buffered{ID: t.ID, Priority: t.Priority, ScheduledAt: t.ScheduledAt,

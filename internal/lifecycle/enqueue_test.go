@@ -78,7 +78,7 @@ func statuses(out []storage.Enqueued) map[string]int {
 func TestEnqueuedDueTaskIsClaimableWithoutDispatcher(t *testing.T) {
 	d := setupDirect(t, 1000)
 	out := d.enqueue(t, 3, nil)
-	if s := statuses(out); s[storage.StatusClaimed] != 3 {
+	if s := statuses(out); s[storage.StatusBuffered] != 3 {
 		t.Fatalf("statuses after enqueue: %v, want 3 claimed", s)
 	}
 	got := d.claim(t, 5)
@@ -125,7 +125,7 @@ func TestEnqueueLeavesToDispatcher(t *testing.T) {
 	})
 	t.Run("full", func(t *testing.T) {
 		d := setupDirect(t, 2)
-		if s := statuses(d.enqueue(t, 2, nil)); s[storage.StatusClaimed] != 2 {
+		if s := statuses(d.enqueue(t, 2, nil)); s[storage.StatusBuffered] != 2 {
 			t.Fatalf("statuses: %v", s)
 		}
 		if s := statuses(d.enqueue(t, 1, nil)); s[storage.StatusPending] != 1 {
@@ -146,7 +146,7 @@ func TestEnqueuedTaskSurvivesFlushedBuffer(t *testing.T) {
 	if got := d.claim(t, 5); len(got) != 0 {
 		t.Fatalf("claimed %d from a flushed buffer", len(got))
 	}
-	disp := dispatcher.New(d.store, d.buf, dispatcher.Config{RepairAfter: time.Nanosecond}, quiet)
+	disp := dispatcher.New(d.store, d.buf, d.lc, nil, dispatcher.Config{RepairAfter: time.Nanosecond}, quiet)
 	n, err := disp.RepairOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
