@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"net/http"
 	"strconv"
 	"time"
@@ -41,7 +43,7 @@ func (s *Server) awaitTask(c *gin.Context, queue string, id uuid.UUID, wait time
 			s.fail(c, err)
 			return wire.Task{}, false
 		}
-		return taskWithHistory(t, attempts), true
+		return view.TaskWithHistory(t, attempts), true
 	}
 	t, ok := read()
 	if !ok {

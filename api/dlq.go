@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"net/http"
 	"time"
 
@@ -36,7 +38,7 @@ func (s *Server) listDead(c *gin.Context) {
 	}
 	out := make([]deadTask, len(tasks))
 	for i, t := range tasks {
-		out[i] = deadTask{Task: taskView(t), DiedAt: t.FinishedAt}
+		out[i] = deadTask{Task: view.Task(t), DiedAt: t.FinishedAt}
 	}
 	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
 }
@@ -53,7 +55,7 @@ func (s *Server) replayOne(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, taskView(tasks[0]))
+	c.JSON(http.StatusCreated, view.Task(tasks[0]))
 }
 
 // deadSelection names dead tasks for a bulk replay or discard: some ids, or all.
@@ -90,7 +92,7 @@ func (s *Server) replayMany(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"replayed": taskViews(tasks)})
+	c.JSON(http.StatusOK, gin.H{"replayed": view.Tasks(tasks)})
 }
 
 func (s *Server) discardDead(c *gin.Context) {

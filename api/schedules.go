@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"encoding/json"
 	"net/http"
 	"time"
@@ -211,5 +213,5 @@ func (s *Server) triggerSchedule(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, taskView(task))
+	c.JSON(http.StatusCreated, view.Task(task))
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -137,7 +139,7 @@ func (s *Server) enqueue(c *gin.Context) {
 	if !out[0].Created {
 		status = http.StatusOK
 	}
-	c.JSON(status, taskView(out[0].Task))
+	c.JSON(status, view.Task(out[0].Task))
 }
 
 func (s *Server) enqueueBatch(c *gin.Context) {
@@ -170,7 +172,7 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 	}
 	views := make([]wire.Task, len(out))
 	for i, e := range out {
-		views[i] = taskView(e.Task)
+		views[i] = view.Task(e.Task)
 	}
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
 }
@@ -301,7 +303,7 @@ func (s *Server) listTasks(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": taskViews(tasks), "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"tasks": view.Tasks(tasks), "next_cursor": encodeCursor(next)})
 }
 
 // cmpErr returns err when set, else fallback.
@@ -334,8 +336,8 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.Status == storage.StatusExecuting {
-		c.JSON(http.StatusAccepted, taskView(t.Task)) // the worker hears of it on its next heartbeat
+		c.JSON(http.StatusAccepted, view.Task(t.Task)) // the worker hears of it on its next heartbeat
 		return
 	}
-	c.JSON(http.StatusOK, taskView(t.Task))
+	c.JSON(http.StatusOK, view.Task(t.Task))
 }

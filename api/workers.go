@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -158,7 +160,7 @@ func (s *Server) poll(c *gin.Context) {
 	}
 	out := make([]wire.PolledTask, len(res.tasks))
 	for i, t := range res.tasks {
-		out[i] = polledTaskView(t, s.cfg.HeartbeatInterval.Milliseconds())
+		out[i] = view.PolledTask(t, s.cfg.HeartbeatInterval.Milliseconds())
 	}
 	body := wire.PollResponse{Tasks: out, Acks: acked}
 	if len(out) == 0 && res.retryAfter > 0 {
@@ -386,7 +388,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, taskView(t))
+	c.JSON(http.StatusOK, view.Task(t))
 }
 
 // An ack batch's items, and a poll's acks, are wire.AckItem; their outcomes,
@@ -460,7 +462,7 @@ func (s *Server) commitAcks(ctx context.Context, workerID string, items []storag
 			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
 			continue
 		}
-		t := taskView(o.Task)
+		t := view.Task(o.Task)
 		results[i].Task = &t
 	}
 	return results, nil
@@ -509,7 +511,7 @@ func (s *Server) nack(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, taskView(t))
+	c.JSON(http.StatusOK, view.Task(t))
 }
 
 type releaseRequest struct {
@@ -540,7 +542,7 @@ func (s *Server) release(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, taskView(t))
+	c.JSON(http.StatusOK, view.Task(t))
 }
 
 func (s *Server) listWorkers(c *gin.Context) {

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/taskforge/taskforge/internal/view"
+
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -191,10 +193,10 @@ func (s *Server) submitWorkflow(c *gin.Context) {
 		return
 	}
 	if !out.Created {
-		c.JSON(http.StatusOK, out.Workflow)
+		c.JSON(http.StatusOK, view.Workflow(out.Workflow))
 		return
 	}
-	c.JSON(http.StatusCreated, out.Workflow)
+	c.JSON(http.StatusCreated, view.Workflow(out.Workflow))
 }
 
 // workflowID parses a workflow id from a path; an id that is not a UUID names no
@@ -226,7 +228,7 @@ func (s *Server) visibleWorkflow(c *gin.Context) (storage.Workflow, bool) {
 
 func (s *Server) getWorkflow(c *gin.Context) {
 	if w, ok := s.visibleWorkflow(c); ok {
-		c.JSON(http.StatusOK, w)
+		c.JSON(http.StatusOK, view.Workflow(w))
 	}
 }
 
@@ -253,7 +255,7 @@ func (s *Server) listWorkflows(c *gin.Context) {
 			visible = append(visible, w)
 		}
 	}
-	c.JSON(http.StatusOK, gin.H{"workflows": visible, "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"workflows": view.Workflows(visible), "next_cursor": encodeCursor(next)})
 }
 
 func (s *Server) cancelWorkflow(c *gin.Context) {
@@ -266,5 +268,5 @@ func (s *Server) cancelWorkflow(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, w)
+	c.JSON(http.StatusOK, view.Workflow(w))
 }

@@ -2,12 +2,13 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/taskforge/taskforge/client/wire"
 )
 
 // Workflow statuses.
@@ -22,40 +23,13 @@ const (
 const MaxWorkflowSteps = 1000
 
 // Workflow is the API's workflow object (GET /workflows/:id): a DAG of steps, each
-// a task, with its state.
-type Workflow struct {
-	ID             string         `json:"id"`
-	Name           *string        `json:"name"`
-	Status         string         `json:"status"` // running, succeeded, failed or cancelled
-	IdempotencyKey *string        `json:"idempotency_key"`
-	CreatedAt      time.Time      `json:"created_at"`
-	FinishedAt     *time.Time     `json:"finished_at"`
-	Steps          []WorkflowStep `json:"steps"` // in the order submitted
-}
-
-// Step returns the step named name, or nil.
-func (w *Workflow) Step(name string) *WorkflowStep {
-	for i := range w.Steps {
-		if w.Steps[i].Step == name {
-			return &w.Steps[i]
-		}
-	}
-	return nil
-}
+// a task, with its state. It is the wire package's, shared with the server.
+type Workflow = wire.Workflow
 
 // WorkflowStep is one step of a Workflow with the state of its current task (a
 // resumed step has a new task). The task fields are nil when the task no longer
 // exists (a discarded dead step).
-type WorkflowStep struct {
-	Step      string          `json:"step"`
-	Queue     *string         `json:"queue"`
-	TaskID    string          `json:"task_id"`
-	Status    *string         `json:"status"`
-	DependsOn []string        `json:"depends_on"`
-	Attempts  *int            `json:"attempts"`
-	Result    json.RawMessage `json:"result"`
-	LastError *string         `json:"last_error"`
-}
+type WorkflowStep = wire.WorkflowStep
 
 // NewWorkflow is a workflow to submit.
 type NewWorkflow struct {

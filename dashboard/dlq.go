@@ -11,12 +11,15 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/client/wire"
+	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
 
-// deadTask is a dead task as the listing shows it (as GET /queues/:name/dlq does).
+// deadTask is a dead task as the listing shows it (as GET /queues/:name/dlq does:
+// died_at is always present, null or not).
 type deadTask struct {
-	storage.Task
+	wire.Task
 	DiedAt *time.Time `json:"died_at"`
 }
 
@@ -80,10 +83,10 @@ func (d *Dashboard) listDead(c *gin.Context) {
 		}
 		if i == limit {
 			last := out[limit-1]
-			next = &storage.Cursor{Time: *last.FinishedAt, ID: last.ID}
+			next = &storage.Cursor{Time: *last.FinishedAt, ID: tasks[i-1].ID}
 			break
 		}
-		out = append(out, deadTask{Task: t, DiedAt: t.FinishedAt})
+		out = append(out, deadTask{Task: view.Task(t), DiedAt: t.FinishedAt})
 	}
 	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
 }
