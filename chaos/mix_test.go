@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -334,11 +335,51 @@ func redisLosses(events []event) (losses, pgBack []time.Time) {
 	return losses, pgBack
 }
 
+// pgOutages is every interval in which PostgreSQL was stopped, killed or paused.
+func pgOutages(events []event) []interval {
+	var out []interval
+	for _, e := range events {
+		switch faultKind(e.Kind) {
+		case faultPGFast, faultPGKill, faultPGPause:
+			if !e.Back.IsZero() {
+				out = append(out, interval{From: e.At, To: e.Back, What: e.Kind})
+			}
+		}
+	}
+	return out
+}
+
+// downDuring is how much of [from, to] the outages cover.
+func downDuring(outages []interval, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, o := range outages {
+		if lo, hi := later(o.From, from), earlier(o.To, to); hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // verifyMix checks the flow-control, cancel, timeout, graceful-stop and push parts
 // of the mix.
 func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string][]dbAttempt, events []event, rep *report) {
 	losses, pgBack := redisLosses(events)
 	allow := append(slices.Clone(losses), pgBack...)
+	pgDown := pgOutages(events)
 	idOf := map[string]string{}
 	classOf := map[string]string{}
 	for _, s := range p.Tasks {
@@ -361,8 +402,11 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 				}
 			case "timeout-dead":
 				// timeout_seconds 1: the attempt ends by then, give or take a
-				// watchdog pass and a lease (the worker may be stopped or dead).
-				if a.Finished == nil || a.Finished.Sub(a.Started) > time.Second+leaseTimeout+time.Second {
+				// watchdog pass and a lease (the worker may be stopped or dead),
+				// plus the time PostgreSQL was down meanwhile: no replica can
+				// record the timeout before it is back.
+				if a.Finished == nil || a.Finished.Sub(a.Started) > time.Second+leaseTimeout+time.Second+
+					downDuring(pgDown, a.Started, *a.Finished) {
 					overran = append(overran, fmt.Sprintf("%s attempt %d %s: %v", id, a.N, a.Status, a.Finished))
 				}
 				if a.Status == "succeeded" {
@@ -512,4 +556,25 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 	rep.info("push target: requests received", len(reqs))
 	rep.info("push target: peak requests in flight", pushPeak)
 	rep.info("push tasks answered 2xx more than once (a delivery whose ack was lost)", twice)
+}
+
+// TestDownDuringCountsOnlyTheOverlap: the timeout check's allowance grows by the
+// PostgreSQL outage inside an attempt, never by outages before or after it.
+func TestDownDuringCountsOnlyTheOverlap(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 19, 16, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	outages := []interval{{From: at(1), To: at(5)}, {From: at(7), To: at(8)}, {From: at(20), To: at(30)}}
+	for _, c := range []struct {
+		from, to float64
+		want     time.Duration
+	}{
+		{0, 10, 5 * time.Second},          // both outages inside
+		{3, 7.5, 2500 * time.Millisecond}, // the end of one, the start of another
+		{5, 7, 0},                         // between them
+		{40, 50, 0},                       // after them all
+	} {
+		if got := downDuring(outages, at(c.from), at(c.to)); got != c.want {
+			t.Errorf("downDuring [%g, %g] = %s, want %s", c.from, c.to, got, c.want)
+		}
+	}
 }
