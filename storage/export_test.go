@@ -1,0 +1,4 @@
+package storage
+
+// LockQueueForEnqueue is the enqueue's queue-lock statement, for the plan tests.
+const LockQueueForEnqueue = lockQueueForEnqueue
