@@ -1,4 +1,4 @@
 package storage
 
-// LockQueueForEnqueue is the enqueue's queue-lock statement, for the plan tests.
-const LockQueueForEnqueue = lockQueueForEnqueue
+// EnqueueTasks is the enqueue's statement, for the plan tests.
+const EnqueueTasks = enqueueTasks

@@ -35,7 +35,9 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{"live", "bulk"} {
-		rows, err := pool.Query(ctx, "EXPLAIN "+storage.LockQueueForEnqueue, q, true)
+		rows, err := pool.Query(ctx, "EXPLAIN "+storage.EnqueueTasks, q, storage.DueChannel,
+			[]string{}, []string{}, []int32{}, []*string{}, []*int32{}, []*int32{}, []*string{}, [][]byte{},
+			nil, nil, true)
 		if err != nil {
 			t.Fatal(err)
 		}

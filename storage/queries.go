@@ -39,25 +39,6 @@ WHERE queue = $1 AND status IN ('pending', 'blocked', 'claimed', 'executing', 'r
 
 const deleteQueue = `DELETE FROM queues WHERE name = $1`
 
-// lockQueueForEnqueue reads the queue's defaults and holds KEY SHARE so that a
-// concurrent DeleteQueue waits for the enqueue to finish (and then sees its tasks).
-// When $2 asks, it also says whether tasks due now may go straight to the buffer:
-// the queue is not paused and holds no due task the dispatcher has yet to move (one
-// probe of tasks_dispatch_idx per priority level), so none jumps ahead of older work.
-// The ORDER BY is the index's own order, and keeps the probe on it: without it, once
-// ANALYZE has seen other queues' backlogs, the planner takes LIMIT 1 for cheap on a
-// sequential scan of the whole table (80 ms at 40,000 rows, seconds at 2 million).
-const lockQueueForEnqueue = `SELECT max_retries, $2::bool AND NOT paused AND NOT EXISTS (
-	SELECT 1 FROM generate_series(1, 10) AS level(priority)
-	CROSS JOIN LATERAL (
-		SELECT 1 FROM tasks
-		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
-			AND scheduled_at <= now()
-		ORDER BY scheduled_at
-		LIMIT 1
-	) due
-) FROM queues WHERE name = $1 FOR KEY SHARE`
-
 const taskColumns = `id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
@@ -71,26 +52,59 @@ const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.schedul
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
 	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step`
 
-// insertTasks inserts a batch in input order ($12: the schedule that fired them, or
-// NULL). A task whose idempotency key is already
-// taken in the queue is skipped (ON CONFLICT DO NOTHING waits for a concurrent
-// inserter of the same key, so concurrent identical requests create one task).
-// With $13, tasks without a scheduled_at are inserted dispatched ('claimed'), as
-// the dispatcher would leave them, for the caller to mirror into the buffer.
-const insertTasks = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-	max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
-SELECT i.id, $1, i.payload::jsonb, i.priority,
-	CASE WHEN $13::bool AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
-	coalesce(i.scheduled_at, now()),
-	coalesce(i.max_retries, $2), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
-	CASE WHEN $13::bool AND i.scheduled_at IS NULL THEN now() END
-FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
-	$9::text[], $10::bytea[])
-	WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
-		idempotency_key, fingerprint, ord)
-ORDER BY i.ord
-ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING ` + taskColumns
+// enqueueTasks is an enqueue's whole write, one statement and one round trip (a
+// commit with it, outside a transaction). In order:
+//
+//   - q reads the queue's default budget and holds KEY SHARE, so that a concurrent
+//     DeleteQueue waits for the enqueue to finish (and then sees its tasks). No queue,
+//     no row in q, and nothing is inserted.
+//   - When $13 asks, q also says whether tasks due now may go straight to the buffer:
+//     the queue is not paused and holds no due task the dispatcher has yet to move
+//     (one probe of tasks_dispatch_idx per priority level), so none jumps ahead of
+//     older work. The ORDER BY is the index's own order, and keeps the probe on it:
+//     without it, once ANALYZE has seen other queues' backlogs, the planner takes
+//     LIMIT 1 for cheap on a sequential scan of the whole table (80 ms at 40,000 rows,
+//     seconds at 2 million).
+//   - ins inserts the batch in input order ($12: the schedule that fired them, or
+//     NULL); those without a scheduled_at go in dispatched ('claimed') when q allows,
+//     as the dispatcher would leave them, for the caller to mirror into the buffer. A
+//     task whose idempotency key the queue already holds is skipped (ON CONFLICT DO
+//     NOTHING waits for a concurrent inserter of the same key, so concurrent
+//     identical requests create one task).
+//   - wake notifies the dispatchers ($2 names the channel) when a task went in
+//     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
+const enqueueTasks = `WITH q AS MATERIALIZED (
+	SELECT max_retries, $13::bool AND NOT paused AND NOT EXISTS (
+		SELECT 1 FROM generate_series(1, 10) AS level(priority)
+		CROSS JOIN LATERAL (
+			SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND scheduled_at <= now()
+			ORDER BY scheduled_at
+			LIMIT 1
+		) due
+	) AS buffered
+	FROM queues WHERE name = $1 FOR KEY SHARE
+), ins AS (
+	INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
+	SELECT i.id, $1, i.payload::jsonb, i.priority,
+		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
+		coalesce(i.scheduled_at, now()),
+		coalesce(i.max_retries, q.max_retries), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
+		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END
+	FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
+		$9::text[], $10::bytea[])
+		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
+			idempotency_key, fingerprint, ord)
+	CROSS JOIN q
+	ORDER BY i.ord
+	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+	RETURNING ` + taskColumns + `
+), wake AS (
+	SELECT pg_notify($2, $1) FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) pending
+)
+SELECT * FROM ins WHERE (SELECT count(*) FROM wake) >= 0`
 
 const tasksByIdempotencyKey = `SELECT ` + taskColumns + ` FROM tasks
 WHERE queue = $1 AND idempotency_key = ANY($2::text[])`
@@ -937,7 +951,7 @@ RETURNING id, created_at`
 const workflowByIdempotencyKey = `SELECT id, fingerprint FROM workflows WHERE idempotency_key = $1`
 
 // lockQueuesForWorkflow reads the named queues' default budgets, holding KEY SHARE as
-// lockQueueForEnqueue does.
+// enqueueTasks does.
 const lockQueuesForWorkflow = `SELECT name, max_retries FROM queues WHERE name = ANY($1::text[])
 ORDER BY name FOR KEY SHARE`
 

@@ -33,11 +33,19 @@ func (s *Store) EnqueueBuffered(ctx context.Context, queue string, tasks []NewTa
 
 func (s *Store) enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string, buffered bool) ([]Enqueued, error) {
 	var out []Enqueued
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil, buffered)
-		return err
-	})
+	var err error
+	if slices.ContainsFunc(tasks, func(t NewTask) bool { return t.IdempotencyKey != nil }) {
+		// A key already taken is matched against its holder in the same transaction,
+		// so that a conflict fails the whole batch.
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil, buffered)
+			return err
+		})
+	} else {
+		// Without keys every task is inserted or none is: the statement alone is the
+		// transaction, one round trip with its commit.
+		out, err = s.enqueueWith(ctx, s.pool, queue, tasks, traceparent, nil, buffered)
+	}
 	if err != nil {
 		if isForeignKeyViolation(err) { // the queue was deleted under us
 			err = ErrQueueNotFound
@@ -47,10 +55,38 @@ func (s *Store) enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 	return out, nil
 }
 
+// querier runs a statement on the pool (its own transaction) or within a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // enqueueTx is Enqueue within tx, for tasks that schedule (nil: none) fired. It seals
 // payloads, reserves idempotency keys and wakes the dispatchers as Enqueue does.
 // With buffered, tasks go straight to the buffer as EnqueueBuffered says.
 func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, traceparent, schedule *string, buffered bool) ([]Enqueued, error) {
+	out, err := s.enqueueWith(ctx, tx, queue, tasks, traceparent, schedule, buffered)
+	if err != nil {
+		return nil, err
+	}
+	var missingKeys []string
+	for i, t := range tasks {
+		if out[i].Task.ID == uuid.Nil {
+			missingKeys = append(missingKeys, *t.IdempotencyKey)
+		}
+	}
+	if len(missingKeys) > 0 {
+		if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// enqueueWith runs enqueueTasks on q and returns the tasks it inserted, in input
+// order; a task skipped for its idempotency key is left zero, for the caller to
+// match (enqueueTx). It fails with ErrQueueNotFound when there is no such queue.
+func (s *Store) enqueueWith(ctx context.Context, q querier, queue string, tasks []NewTask, traceparent, schedule *string, buffered bool) ([]Enqueued, error) {
 	n := len(tasks)
 	ids := make([]uuid.UUID, n)
 	payloads := make([]string, n)
@@ -74,16 +110,7 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 		keys[i] = t.IdempotencyKey
 		fingerprints[i] = t.Fingerprint
 	}
-
-	out := make([]Enqueued, n)
-	var defaultRetries int
-	if err := tx.QueryRow(ctx, lockQueueForEnqueue, queue, buffered).Scan(&defaultRetries, &buffered); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, ErrQueueNotFound
-		}
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, insertTasks, queue, defaultRetries, ids, payloads, priorities,
+	rows, err := q.Query(ctx, enqueueTasks, queue, DueChannel, ids, payloads, priorities,
 		schedules, retries, timeouts, keys, fingerprints, traceparent, schedule, buffered)
 	if err != nil {
 		return nil, err
@@ -92,29 +119,26 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 	if err != nil {
 		return nil, err
 	}
+	if len(inserted) == 0 && n > 0 {
+		// Either the queue is missing or every key was taken: only the first fails.
+		var ok bool
+		if err := q.QueryRow(ctx, queueExists, queue).Scan(&ok); err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, ErrQueueNotFound
+		}
+	}
 	byID := make(map[uuid.UUID]Task, len(inserted))
 	for _, t := range inserted {
 		byID[t.ID] = t
 	}
-	var missingKeys []string
+	out := make([]Enqueued, n)
 	for i, t := range tasks {
 		if it, ok := byID[t.ID]; ok {
 			out[i] = Enqueued{Task: it, Created: true}
-		} else if t.IdempotencyKey != nil {
-			missingKeys = append(missingKeys, *t.IdempotencyKey)
-		} else {
+		} else if t.IdempotencyKey == nil {
 			return nil, fmt.Errorf("task %d was not inserted", i)
-		}
-	}
-	if len(missingKeys) > 0 {
-		if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
-			return nil, err
-		}
-	}
-	if slices.ContainsFunc(inserted, func(t Task) bool { return t.Status == StatusPending }) {
-		// Dispatchers take due tasks at once and plan a wake-up for later ones.
-		if _, err := tx.Exec(ctx, notifyDue, DueChannel, queue); err != nil {
-			return nil, err
 		}
 	}
 	return out, nil
