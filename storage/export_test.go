@@ -2,3 +2,13 @@ package storage
 
 // EnqueueTasks is the enqueue's statement, for the plan tests.
 const EnqueueTasks = enqueueTasks
+
+// ByIDStatements are the statements that take tasks by id, for the plan tests.
+var ByIDStatements = map[string]string{
+	"claim":           claimTasks,
+	"heartbeat":       heartbeatTask,
+	"heartbeat batch": heartbeatTasks,
+	"ack":             ackTasks,
+	"nack":            nackTask,
+	"release":         releaseTask,
+}

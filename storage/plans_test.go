@@ -58,3 +58,73 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestByIDStatementsUseThePrimaryKey: with statistics taken while every task was
+// pending, then a thousand tasks buffered and a thousand executing for one worker
+// (an idle queue's statistics, then a burst, before autovacuum catches up), the
+// statements that take tasks by id still find them through tasks_pkey, never
+// through a partial index of their status, which they would read whole for each id.
+func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
+	ctx := context.Background()
+	store := testenv.NewStore(t)
+	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	pool := store.Pool()
+	for _, stmt := range []string{
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
+			SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, 20000)`,
+		`VACUUM ANALYZE tasks`,
+		`UPDATE tasks SET status = 'claimed', dispatched_at = now()
+			WHERE id IN (SELECT id FROM tasks WHERE status = 'pending' LIMIT 1000)`,
+		`UPDATE tasks SET status = 'executing', claimed_by = 'w', lease_token = gen_random_uuid(),
+			lease_expires_at = now() + interval '30 seconds', deadline_at = now() + interval '1 hour'
+			WHERE id IN (SELECT id FROM tasks WHERE status = 'pending' LIMIT 1000)`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The plan pgx's cached statements get once PostgreSQL settles on a generic one.
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	for name, sql := range storage.ByIDStatements {
+		stmt := "plan_" + strings.ReplaceAll(name, " ", "_")
+		desc, err := conn.Conn().Prepare(ctx, stmt, sql)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt+"("+nulls+")")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		for _, partial := range []string{"tasks_buffered_idx", "tasks_claimed_idx", "tasks_worker_idx", "tasks_lease_idx"} {
+			if strings.Contains(text, partial) {
+				t.Errorf("%s takes tasks through %s, not their primary key:\n%s", name, partial, text)
+			}
+		}
+		if !strings.Contains(text, "tasks_pkey") {
+			t.Errorf("%s does not use tasks_pkey:\n%s", name, text)
+		}
+	}
+}

@@ -293,6 +293,22 @@ FROM queues q LEFT JOIN tasks t ON t.queue = q.name AND t.status = 'executing'
 WHERE q.max_concurrency IS NOT NULL
 GROUP BY q.name`
 
+// byPrimaryKey: the statements that take tasks by id (claim, heartbeat, ack, and nack
+// and release through leaseHeld) write their status guard as
+//
+//	t.status || '' = 'executing'
+//
+// which reads the same but from which no partial index's predicate can be proven.
+// With t.status = '…', the planner may take a partial index of that status instead
+// of the primary key (tasks_buffered_idx for 'claimed', tasks_worker_idx or
+// tasks_lease_idx for 'executing'), and when its statistics were taken while few
+// tasks had that status (an idle queue, or autovacuum not yet caught up after a
+// burst) it does, and then reads the whole index for each id: every buffered task of
+// every queue per claimed task, every executing task per acked one. Seen in E1 at
+// 20,000 tasks: a 16-task claim read 1,300 buffers of tasks_buffered_idx in 4–13 ms,
+// and an ack batch 4,713 entries of tasks_lease_idx. The primary key costs a few
+// buffers per id whatever the status counts.
+//
 // claimTasks turns buffered ids that are still 'claimed' into executing tasks, each
 // for the worker given with it ($1 ids, $2 worker ids), with a fresh lease of $3 ms
 // from $4 (NULL: now()), and records each new attempt, in one statement. Ids no
@@ -315,7 +331,7 @@ const claimTasks = `WITH input AS (
 		progress = NULL, -- a new attempt starts with no progress reported
 		updated_at = coalesce($4::timestamptz, now())
 	FROM input i
-	WHERE t.id = i.id AND t.status = 'claimed'
+	WHERE t.id = i.id AND t.status || '' = 'claimed' -- by primary key: see byPrimaryKey
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
@@ -324,10 +340,11 @@ const claimTasks = `WITH input AS (
 SELECT ` + taskColumns + ` FROM claimed`
 
 // leaseHeld is the condition under which a worker's call on a task counts, at the
-// time the statement's parameter now names (NULL: now()).
+// time the statement's parameter now names (NULL: now()), found by primary key
+// (byPrimaryKey).
 func leaseHeld(now string) string {
 	return `t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
-	AND t.status = 'executing' AND t.lease_expires_at > coalesce(` + now + `::timestamptz, now())`
+	AND t.status || '' = 'executing' AND t.lease_expires_at > coalesce(` + now + `::timestamptz, now())`
 }
 
 // heartbeatTask extends a held lease, never past the attempt's deadline, and when
@@ -346,7 +363,8 @@ const heartbeatTasks = `UPDATE tasks t SET
 	heartbeat_at = coalesce($5::timestamptz, now())
 FROM unnest($1::uuid[], $2::uuid[]) AS h(id, token)
 WHERE t.id = h.id AND t.lease_token = h.token AND t.claimed_by = $3
-	AND t.status = 'executing' AND t.lease_expires_at > coalesce($5::timestamptz, now())
+	AND t.status || '' = 'executing' -- by primary key: see byPrimaryKey
+	AND t.lease_expires_at > coalesce($5::timestamptz, now())
 RETURNING t.id, t.lease_expires_at, t.cancel_requested`
 
 const upsertWorker = `INSERT INTO workers (id, queues, last_heartbeat_at) VALUES ($1, $2, now())
@@ -366,7 +384,8 @@ var ackTasks = `WITH input AS (
 		lease_expires_at = NULL, deadline_at = NULL
 	FROM input i
 	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
-		AND t.status = 'executing' AND t.lease_expires_at > coalesce($5::timestamptz, now())
+		AND t.status || '' = 'executing' -- by primary key: see byPrimaryKey
+		AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND (SELECT count(*) FROM wf_locked) >= 0
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (

@@ -2,6 +2,7 @@ package clienttest_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -290,10 +291,10 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			h := got.AttemptHistory
 			switch {
 			case tc.releaseEarly && (len(h) != 1 || h[0].WorkerID != "w-a"):
-				t.Fatalf("attempts %+v, want one by the stopping worker", h)
+				t.Fatalf("attempts %s, want one by the stopping worker", attemptsText(h))
 			case !tc.releaseEarly && (len(h) != 2 || h[0].Status != client.AttemptReleased ||
 				!strings.Contains(*h[0].Error, "before the prefetched task started") || h[1].WorkerID != "w-b"):
-				t.Fatalf("attempts %+v, want one handed back unstarted, then one by w-b", h)
+				t.Fatalf("attempts %s, want one handed back unstarted, then one by w-b", attemptsText(h))
 			}
 		})
 	}
@@ -304,3 +305,15 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 // lag: these tests are about what the worker does, not about expiry, and an
 // expired lease would turn a hand-back into an abandoned attempt.
 func longLease(cfg *server.Config) { cfg.LeaseTimeout = 2 * time.Minute }
+
+// attemptsText shows an attempt history legibly: worker, status and error of each.
+func attemptsText(h []client.Attempt) string {
+	parts := make([]string, len(h))
+	for i, a := range h {
+		parts[i] = fmt.Sprintf("#%d %s %s", a.Attempt, a.WorkerID, a.Status)
+		if a.Error != nil {
+			parts[i] += fmt.Sprintf(" (%q)", *a.Error)
+		}
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
