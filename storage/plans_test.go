@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -38,21 +40,7 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		rows, err := pool.Query(ctx, "EXPLAIN "+storage.EnqueueTasks, q, storage.DueChannel,
 			[]string{}, []string{}, []int32{}, []*string{}, []*int32{}, []*int32{}, []*string{}, [][]byte{},
 			nil, nil, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		text := strings.Join(plan, "\n")
+		text := plan(t, rows, err)
 		if strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
 			t.Errorf("the enqueue's probe of queue %s is not planned on tasks_dispatch_idx:\n%s", q, text)
 		}
@@ -103,21 +91,7 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 		}
 		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
 		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt+"("+nulls+")")
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		text := strings.Join(plan, "\n")
+		text := plan(t, rows, err)
 		for _, partial := range []string{"tasks_buffered_idx", "tasks_claimed_idx", "tasks_worker_idx", "tasks_lease_idx"} {
 			if strings.Contains(text, partial) {
 				t.Errorf("%s takes tasks through %s, not their primary key:\n%s", name, partial, text)
@@ -127,4 +101,17 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 			t.Errorf("%s does not use tasks_pkey:\n%s", name, text)
 		}
 	}
+}
+
+// plan returns the lines of an EXPLAIN's answer as one text.
+func plan(t *testing.T, rows pgx.Rows, err error) string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
