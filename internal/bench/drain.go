@@ -88,10 +88,12 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 		return res, err
 	}
 	r.prog.update(true, "%s: enqueueing %d tasks", label, sp.tasks)
+	preloadStart := time.Now()
 	ids, err := enqueueBatches(ctx, s.api, name, sp.tasks, sp.payload)
 	if err != nil {
 		return res, fmt.Errorf("enqueue: %w", err)
 	}
+	res.PreloadRate = float64(len(ids)) / time.Since(preloadStart).Seconds()
 	// What autovacuum would do on a server that runs it (this box's does not): the
 	// statistics, and with them the serve's cached plans, now see the loaded table
 	// rather than the warm-up's few hundred rows.

@@ -110,6 +110,9 @@ type DrainResult struct {
 	// measured task started (dispatch and settings refresh; not in Seconds).
 	ResumeToFirstStartMs float64 `json:"resume_to_first_start_ms"`
 	Throughput           float64 `json:"throughput"` // Tasks / Seconds
+	// PreloadRate is how fast one client enqueued the measured tasks, in batches of
+	// client.MaxBatch, one request at a time (tasks/s, harness clock).
+	PreloadRate float64 `json:"preload_rate"`
 	// Efficiency, for sleeping tasks, is Throughput / (Workers × 1000 / sleep ms).
 	Efficiency float64  `json:"efficiency,omitempty"`
 	CPU        CPUSplit `json:"cpu"`
@@ -351,7 +354,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 	if len(r.E1)+len(r.E2)+len(r.E5) > 0 {
 		fmt.Fprintln(w, "\nDrains (throughput = tasks / (last finish − first start), database clock; median [min–max] over runs)")
-		p("experiment\tlayout\tworkers\ttasks\truns\ttasks/s\trange\tefficiency\tload1\t\n")
+		p("experiment\tlayout\tworkers\ttasks\truns\ttasks/s\trange\tefficiency\tpreload/s\tload1\t\n")
 		for _, set := range []struct {
 			name string
 			rs   []DrainResult
@@ -362,12 +365,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 				if set.name == ExpSleep {
 					eff = fmt.Sprintf("%.0f%%", 100*median(fieldOf(g, func(d DrainResult) float64 { return d.Efficiency })))
 				}
-				p("%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f–%.0f\t%s\t%.1f\t\n", set.name, g[0].Layout, g[0].Workers, g[0].Tasks,
-					len(g), median(tp), slices.Min(tp), slices.Max(tp), eff, median(fieldOf(g, func(d DrainResult) float64 { return d.LoadAvg[0] })))
+				preload := fmt.Sprintf("%.0f", median(fieldOf(g, func(d DrainResult) float64 { return d.PreloadRate })))
+				p("%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f–%.0f\t%s\t%s\t%.1f\t\n", set.name, g[0].Layout, g[0].Workers, g[0].Tasks,
+					len(g), median(tp), slices.Min(tp), slices.Max(tp), eff, preload, median(fieldOf(g, func(d DrainResult) float64 { return d.LoadAvg[0] })))
 			}
 			for _, d := range set.rs {
 				if d.Error != "" {
-					p("%s\t%s\t%d\t%d\trun %d\tfailed\t\t\t\t\n", set.name, d.Layout, d.Workers, d.Tasks, d.Run)
+					p("%s\t%s\t%d\t%d\trun %d\tfailed\t\t\t\t\t\n", set.name, d.Layout, d.Workers, d.Tasks, d.Run)
 				}
 			}
 		}
