@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/server"
 )
 
 func TestScheduleLifecycle(t *testing.T) {
@@ -183,10 +184,11 @@ func TestScheduleRejectsBadInputAndChangesNothing(t *testing.T) {
 }
 
 // TestScheduleFiresThroughTheServer: a replica's scheduler enqueues the tick's task,
-// and the dispatcher hands it to a worker within a second of the tick.
+// and the dispatcher, woken by the firing (its own tick is an hour away), hands it to
+// a long-polling worker.
 func TestScheduleFiresThroughTheServer(t *testing.T) {
 	t.Parallel()
-	s := testserver.Start(t, testserver.Options{})
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.DispatchInterval = time.Hour }})
 	s.CreateQueue("cron", nil)
 	sch := s.Must(http.StatusCreated, "POST", "/schedules", map[string]any{
 		"name": "fast", "queue": "cron", "cron": "@every 1s", "payload": map[string]any{"n": 1}}).Map(t)
@@ -201,9 +203,6 @@ func TestScheduleFiresThroughTheServer(t *testing.T) {
 		t.Errorf("first task scheduled at %s, want the first tick %s", task.ScheduledAt, tick)
 	}
 	t.Logf("tick %s reached a long-polling worker %s after it", tick.Format(time.RFC3339), got.Sub(tick).Round(time.Millisecond))
-	if late := got.Sub(tick); late > time.Second {
-		t.Errorf("task reached the worker %s after its tick, want within 1 s", late)
-	}
 	after := s.Must(http.StatusOK, "GET", "/schedules/fast", nil).Map(t)
 	if after["last_task_id"] == nil || after["last_run_at"] == nil {
 		t.Errorf("after firing: %v", after)
