@@ -58,7 +58,6 @@ func (s *Store) enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 // querier runs a statement on the pool (its own transaction) or within a transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // enqueueTx is Enqueue within tx, for tasks that schedule (nil: none) fired. It seals
@@ -85,7 +84,8 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 
 // enqueueWith runs enqueueTasks on q and returns the tasks it inserted, in input
 // order; a task skipped for its idempotency key is left zero, for the caller to
-// match (enqueueTx). It fails with ErrQueueNotFound when there is no such queue.
+// match (enqueueTx). It fails with ErrQueueNotFound when there is no such queue and
+// a task without a key shows it.
 func (s *Store) enqueueWith(ctx context.Context, q querier, queue string, tasks []NewTask, traceparent, schedule *string, buffered bool) ([]Enqueued, error) {
 	n := len(tasks)
 	ids := make([]uuid.UUID, n)
@@ -119,15 +119,10 @@ func (s *Store) enqueueWith(ctx context.Context, q querier, queue string, tasks 
 	if err != nil {
 		return nil, err
 	}
-	if len(inserted) == 0 && n > 0 {
-		// Either the queue is missing or every key was taken: only the first fails.
-		var ok bool
-		if err := q.QueryRow(ctx, queueExists, queue).Scan(&ok); err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, ErrQueueNotFound
-		}
+	if len(inserted) == 0 && slices.ContainsFunc(tasks, func(t NewTask) bool { return t.IdempotencyKey == nil }) {
+		// A task without a key is inserted whenever the queue exists. (When every task
+		// has a key and none went in, matchExisting tells a missing queue apart.)
+		return nil, ErrQueueNotFound
 	}
 	byID := make(map[uuid.UUID]Task, len(inserted))
 	for _, t := range inserted {
@@ -145,7 +140,8 @@ func (s *Store) enqueueWith(ctx context.Context, q querier, queue string, tasks 
 }
 
 // matchExisting fills out[i] for tasks whose idempotency key was already taken,
-// checking that the earlier request had the same fingerprint.
+// checking that the earlier request had the same fingerprint. It fails with
+// ErrQueueNotFound when no holder is found because there is no such queue.
 func (s *Store) matchExisting(ctx context.Context, tx pgx.Tx, queue string, tasks []NewTask, keys []string, out []Enqueued) error {
 	rows, err := tx.Query(ctx, tasksByIdempotencyKey, queue, keys)
 	if err != nil {
@@ -165,6 +161,13 @@ func (s *Store) matchExisting(ctx context.Context, tx pgx.Tx, queue string, task
 		}
 		prev, ok := byKey[*t.IdempotencyKey]
 		if !ok {
+			var exists bool
+			if err := tx.QueryRow(ctx, queueExists, queue).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return ErrQueueNotFound
+			}
 			// The holder of the key was deleted between our insert and this read; the
 			// caller may simply try again.
 			return fmt.Errorf("idempotency key %q: holder vanished, retry", *t.IdempotencyKey)
