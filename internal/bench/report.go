@@ -365,8 +365,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 				if set.name == ExpSleep {
 					eff = fmt.Sprintf("%.0f%%", 100*median(fieldOf(g, func(d DrainResult) float64 { return d.Efficiency })))
 				}
-				preload := fmt.Sprintf("%.0f", median(fieldOf(g, func(d DrainResult) float64 { return d.PreloadRate })))
-				p("%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f–%.0f\t%s\t%s\t%.1f\t\n", set.name, g[0].Layout, g[0].Workers, g[0].Tasks,
+				preload := median(fieldOf(g, func(d DrainResult) float64 { return d.PreloadRate }))
+				p("%s\t%s\t%d\t%d\t%d\t%.0f\t%.0f–%.0f\t%s\t%.0f\t%.1f\t\n", set.name, g[0].Layout, g[0].Workers, g[0].Tasks,
 					len(g), median(tp), slices.Min(tp), slices.Max(tp), eff, preload, median(fieldOf(g, func(d DrainResult) float64 { return d.LoadAvg[0] })))
 			}
 			for _, d := range set.rs {
