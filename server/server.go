@@ -78,7 +78,10 @@ type Config struct {
 	// batches, in (0, 1]; it rests the remainder so that other queues' commits are
 	// not stuck behind its WAL. Zero means storage.DefaultBulkDuty.
 	BulkDuty float64
-	// DBMaxConns sizes the PostgreSQL pool. Defaults to pgx's default (max(4, CPUs)).
+	// DBMaxConns sizes each of the replica's two PostgreSQL pools: the hot-path
+	// pool (enqueues, claims, acks of tasks outside a workflow, heartbeats; see
+	// storage.WithHotPool) and the pool of everything else. Behind a transaction
+	// pooler there is one pool. Defaults to pgx's default (max(4, CPUs)).
 	DBMaxConns int32
 	// TracerProvider receives spans; nil means none (see telemetry.TracerFromEnv).
 	TracerProvider trace.TracerProvider
@@ -182,6 +185,7 @@ type Server struct {
 	cfg        Config
 	log        *slog.Logger
 	pool       *pgxpool.Pool
+	hot        *pgxpool.Pool // nil behind a transaction pooler
 	rdb        redis.UniversalClient
 	ownsRedis  bool
 	API        *api.Server
@@ -251,6 +255,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			s.Close()
 			return nil, fmt.Errorf("TASKFORGE_ENCRYPTION_KEYS: %w", err)
 		}
+	}
+	if !cfg.pooled() {
+		// Behind a transaction pooler the hot path's session settings would not
+		// hold, so its statements share the one pool and the triggers count.
+		if s.hot, err = storage.Connect(ctx, cfg.DatabaseURL, cfg.DBMaxConns, storage.HotPathSettings()); err != nil {
+			s.Close()
+			return nil, err
+		}
+		storeOpts = append(storeOpts, storage.WithHotPool(s.hot))
 	}
 	s.Store = storage.New(pool, storeOpts...)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
@@ -348,8 +361,11 @@ func (s *Server) checkEvictionPolicy(ctx context.Context) {
 	_ = check(ctx, s.rdb, "")
 }
 
-// Close releases the database pool and the Redis client (when New opened it).
+// Close releases the database pools and the Redis client (when New opened it).
 func (s *Server) Close() {
+	if s.hot != nil {
+		s.hot.Close()
+	}
 	s.pool.Close()
 	if s.ownsRedis {
 		_ = s.rdb.Close()

@@ -9,6 +9,7 @@ var ByIDStatements = map[string]string{
 	"heartbeat":       heartbeatTask,
 	"heartbeat batch": heartbeatTasks,
 	"ack":             ackTasks,
+	"ack plain":       ackPlainTasks,
 	"nack":            nackTask,
 	"release":         releaseTask,
 }

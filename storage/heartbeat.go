@@ -24,7 +24,7 @@ func (s *Store) HeartbeatMany(ctx context.Context, workerID string, refs []Lease
 	for i, r := range refs {
 		ids[i], tokens[i] = r.TaskID, r.LeaseToken
 	}
-	rows, err := s.pool.Query(ctx, heartbeatTasks, ids, tokens, workerID, ms(lease), s.now())
+	rows, err := s.hot.Query(ctx, heartbeatTasks, ids, tokens, workerID, ms(lease), s.now())
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d tasks: %w", len(refs), err)
 	}

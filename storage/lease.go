@@ -80,7 +80,7 @@ func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Dur
 	for i, it := range items {
 		ids[i], workers[i] = it.TaskID, it.WorkerID
 	}
-	rows, err := s.pool.Query(ctx, claimTasks, ids, workers, ms(lease), s.now())
+	rows, err := s.hot.Query(ctx, claimTasks, ids, workers, ms(lease), s.now())
 	if err != nil {
 		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
 	}
@@ -120,7 +120,7 @@ func (s *Store) HeartbeatProgress(ctx context.Context, workerID string, taskID, 
 
 func (s *Store) heartbeat(ctx context.Context, workerID string, taskID, token uuid.UUID, lease time.Duration, setProgress bool, progress *string) (Lease, error) {
 	var l Lease
-	err := s.pool.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease), setProgress, progress, s.now()).Scan(&l.ExpiresAt, &l.CancelRequested)
+	err := s.hot.QueryRow(ctx, heartbeatTask, taskID, token, workerID, ms(lease), setProgress, progress, s.now()).Scan(&l.ExpiresAt, &l.CancelRequested)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrLeaseLost
 	}
@@ -144,7 +144,12 @@ func (s *Store) RecordWorker(ctx context.Context, workerID string, queues []stri
 // Ack records that the current attempt succeeded and the task is done. It returns
 // ErrLeaseLost, changing nothing, unless token is the current, unexpired lease.
 func (s *Store) Ack(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (Task, error) {
-	acked, err := s.AckMany(ctx, []AckItem{{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result}})
+	items := []AckItem{{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result}}
+	ackMany := s.AckMany
+	if PlainLeaseToken(token) {
+		ackMany = s.AckPlainMany
+	}
+	acked, err := ackMany(ctx, items)
 	if err != nil {
 		return Task{}, err
 	}
@@ -164,8 +169,27 @@ type AckItem struct {
 }
 
 // AckMany acks a batch in one statement and returns the tasks it marked done, keyed
-// by id. An item whose lease is not held changes nothing and has no entry.
+// by id. An item whose lease is not held changes nothing and has no entry. It acks
+// any task; AckPlainMany is cheaper for tasks outside a workflow.
 func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
+	return s.ack(ctx, s.pool, ackTasks, items)
+}
+
+// AckPlainMany is AckMany for tasks outside a workflow, on the hot pool: an item
+// whose task is a workflow step is not acked, as if its lease were not held. Give
+// it the items whose lease tokens PlainLeaseToken accepts; a token it accepts is
+// never a workflow step's.
+func (s *Store) AckPlainMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
+	return s.ack(ctx, s.hot, ackPlainTasks, items)
+}
+
+// PlainLeaseToken reports whether token is the lease token of a claim of a task
+// outside a workflow (a version 8 UUID; a workflow step's is of version 4, as is
+// any token issued before version 0013 of the schema), so that its ack may go to
+// AckPlainMany.
+func PlainLeaseToken(token uuid.UUID) bool { return token.Version() == 8 }
+
+func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem) (map[uuid.UUID]Task, error) {
 	ids := make([]uuid.UUID, len(items))
 	tokens := make([]uuid.UUID, len(items))
 	workers := make([]string, len(items))
@@ -181,7 +205,7 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 			results[i] = &r
 		}
 	}
-	rows, err := s.pool.Query(ctx, ackTasks, ids, tokens, workers, results, s.now())
+	rows, err := q.Query(ctx, stmt, ids, tokens, workers, results, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}

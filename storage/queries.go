@@ -71,6 +71,7 @@ const taskColumnsOf = `t.id, t.queue, t.payload, t.priority, t.status, t.schedul
 //     task whose idempotency key the queue already holds is skipped (ON CONFLICT DO
 //     NOTHING waits for a concurrent inserter of the same key, so concurrent
 //     identical requests create one task).
+//   - tallied appends the count deltas on a hot-path connection (inlineTally).
 //   - wake notifies the dispatchers ($2 names the channel) when a task went in
 //     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
 const enqueueTasks = `WITH q AS MATERIALIZED (
@@ -101,6 +102,9 @@ const enqueueTasks = `WITH q AS MATERIALIZED (
 	ORDER BY i.ord
 	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 	RETURNING ` + taskColumns + `
+), tallied AS (
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT $1, status, '-infinity', count(*) FROM ins WHERE ` + inlineTally + ` GROUP BY status
 ), wake AS (
 	SELECT pg_notify($2, $1) FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) pending
 )
@@ -265,6 +269,22 @@ WHERE NOT q.paused AND EXISTS (SELECT 1 FROM tasks t
 // disableJIT turns JIT compilation off for a session (see Connect).
 const disableJIT = `SET jit = off`
 
+// hotPathSettings are the session settings of a hot-path connection (see
+// HotPathSettings).
+const hotPathSettings = `SET plan_cache_mode = force_generic_plan; SET taskforge.tally = 'inline'`
+
+// inlineTally is true on a hot-path connection, where the statements below that
+// append their own count deltas (enqueueTasks, claimTasks, ackPlainTasks) do, and the
+// tally triggers stand aside (migration 0013); elsewhere the triggers count.
+const inlineTally = `current_setting('taskforge.tally', true) = 'inline'`
+
+// plainLeaseToken is the lease token of a claim of a task outside a workflow: a
+// random UUID of version 8 (RFC 9562's vendor-specific version), where a workflow
+// step's is of version 4, so that an ack can be sent to the statement for its kind
+// of task before anything is read (PlainLeaseToken). A token is only ever matched
+// whole, so one of the wrong kind is simply not the task's token.
+const plainLeaseToken = `overlay(gen_random_uuid()::text PLACING '8' FROM 15)::uuid`
+
 // dbNow is the database clock.
 const dbNow = `SELECT now()`
 
@@ -313,7 +333,8 @@ GROUP BY q.name`
 // for the worker given with it ($1 ids, $2 worker ids), with a fresh lease of $3 ms
 // from $4 (NULL: now()), and records each new attempt, in one statement. Ids no
 // longer claimable (cancelled, already taken by another replica) are skipped; an id
-// given twice is claimed once.
+// given twice is claimed once. A task outside a workflow gets a plainLeaseToken. On
+// a hot-path connection it appends its count deltas (inlineTally).
 const claimTasks = `WITH input AS (
 	SELECT DISTINCT ON (id) id, worker FROM unnest($1::uuid[], $2::text[]) AS i(id, worker)
 ), claimed AS (
@@ -321,7 +342,7 @@ const claimTasks = `WITH input AS (
 		status = 'executing',
 		attempts = t.attempts + 1,
 		claimed_by = i.worker,
-		lease_token = gen_random_uuid(),
+		lease_token = CASE WHEN t.workflow_id IS NULL THEN ` + plainLeaseToken + ` ELSE gen_random_uuid() END,
 		heartbeat_at = coalesce($4::timestamptz, now()),
 		attempt_started_at = coalesce($4::timestamptz, now()),
 		lease_expires_at = least(coalesce($4::timestamptz, now()) + $3 * interval '1 millisecond',
@@ -336,6 +357,12 @@ const claimTasks = `WITH input AS (
 ), recorded AS (
 	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
 	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', coalesce($4::timestamptz, now()) FROM claimed
+), tallied AS (
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT c.queue, m.metric, '-infinity', m.sign * count(*)
+	FROM claimed c CROSS JOIN (VALUES ('claimed', -1), ('executing', 1)) AS m(metric, sign)
+	WHERE ` + inlineTally + `
+	GROUP BY c.queue, m.metric, m.sign
 )
 SELECT ` + taskColumns + ` FROM claimed`
 
@@ -394,6 +421,41 @@ var ackTasks = `WITH input AS (
 )` + stepsDone("acked") + `
 SELECT ` + taskColumns + `, fx.effects AS wf_effects
 FROM acked CROSS JOIN woken LEFT JOIN step_effects fx ON fx.effect_of = acked.id`
+
+// ackPlainTasks is ackTasks for tasks outside a workflow, which it alone may ack:
+// a workflow step's row is left as it is, as if its lease were not held. Without
+// the workflow CTEs PostgreSQL has a third of ackTasks' plan to set up on each call.
+// On a hot-path connection it appends its count deltas (inlineTally): executing to
+// done, and the attempt's outcome in its 10-second bucket.
+const ackPlainTasks = `WITH input AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
+), acked AS (
+	UPDATE tasks t SET status = 'done', result = i.result::jsonb,
+		finished_at = coalesce($5::timestamptz, now()), updated_at = coalesce($5::timestamptz, now()),
+		lease_expires_at = NULL, deadline_at = NULL
+	FROM input i
+	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
+		AND t.status || '' = 'executing' -- by primary key: see byPrimaryKey
+		AND t.lease_expires_at > coalesce($5::timestamptz, now())
+		AND t.workflow_id IS NULL
+	RETURNING ` + taskColumnsOf + `
+), recorded AS (
+	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
+	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
+	RETURNING a.queue, a.finished_at
+), tallied AS (
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT queue, metric, bucket, sum(n) FROM (
+		SELECT queue, 'executing' AS metric, '-infinity'::timestamptz AS bucket, -1 AS n FROM acked
+		UNION ALL
+		SELECT queue, 'done', '-infinity', 1 FROM acked
+		UNION ALL
+		SELECT queue, 'attempt:succeeded', date_bin('10 seconds', finished_at, 'epoch'), 1 FROM recorded
+	) d
+	WHERE ` + inlineTally + `
+	GROUP BY queue, metric, bucket
+)
+SELECT ` + taskColumns + `, NULL::jsonb AS wf_effects FROM acked`
 
 // backoffMs is the retry delay after failed attempt n = t.attempts (1-based):
 // min(base * 2^(n-1) + rand(0, base), max), from the queue q.

@@ -37,14 +37,14 @@ func (s *Store) enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 	if slices.ContainsFunc(tasks, func(t NewTask) bool { return t.IdempotencyKey != nil }) {
 		// A key already taken is matched against its holder in the same transaction,
 		// so that a conflict fails the whole batch.
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, s.hot, func(tx pgx.Tx) error {
 			out, err = s.enqueueTx(ctx, tx, queue, tasks, traceparent, nil, buffered)
 			return err
 		})
 	} else {
 		// Without keys every task is inserted or none is: the statement alone is the
 		// transaction, one round trip with its commit.
-		out, err = s.enqueueWith(ctx, s.pool, queue, tasks, traceparent, nil, buffered)
+		out, err = s.enqueueWith(ctx, s.hot, queue, tasks, traceparent, nil, buffered)
 	}
 	if err != nil {
 		if isForeignKeyViolation(err) { // the queue was deleted under us

@@ -37,8 +37,20 @@ func (l *Lifecycle) Ack(ctx context.Context, item storage.AckItem) (storage.Task
 // means the commit itself failed: nothing was acked, or, when it timed out, nobody
 // knows. Workflow steps the acks unblock are released by the statement itself; they
 // and the workflows the acks end are logged and counted here (stepEffects).
+//
+// Items whose lease tokens all belong to tasks outside a workflow share the
+// cheaper statement of such acks (storage.AckPlainMany); a call with any other
+// item goes whole to the statement that acks any task, so that one commit still
+// answers all of a caller's items.
 func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
-	outcomes, err := l.acks.do(ctx, items...)
+	commit := l.acks
+	for _, it := range items {
+		if !storage.PlainLeaseToken(it.LeaseToken) {
+			commit = l.stepAcks
+			break
+		}
+	}
+	outcomes, err := commit.do(ctx, items...)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}

@@ -60,7 +60,7 @@ const (
 // Once submitted, an item is tried even if its caller hangs up, so the answer is
 // never a guess.
 type groupCommit[I, O any] struct {
-	name    string        // "ack" or "claim": metrics, logs and errors
+	name    string        // "ack", "ack_step" or "claim": metrics, logs and errors
 	max     int           // items per batch, unless one caller brings more
 	limit   int           // items that may wait for a batch
 	timeout time.Duration // bound of one try
@@ -272,10 +272,12 @@ type ackOutcome struct {
 	err  error
 }
 
-// newAckCommit group-commits acks (up to 500 per statement).
-func newAckCommit(store *storage.Store, limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
-	return newGroupCommit("ack", 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
-		acked, err := store.AckMany(ctx, items)
+// newAckCommit group-commits acks (up to 500 per statement) through ack
+// (storage.AckPlainMany or AckMany).
+func newAckCommit(name string, ack func(context.Context, []storage.AckItem) (map[uuid.UUID]storage.Task, error),
+	limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
+	return newGroupCommit(name, 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
+		acked, err := ack(ctx, items)
 		if err != nil {
 			return nil, err
 		}

@@ -14,9 +14,11 @@ type CommitHooks struct {
 	Try func(ctx context.Context, items int)
 }
 
-// SetAckCommitHooks installs h on l's group commit of acks.
+// SetAckCommitHooks installs h on l's group commits of acks (of tasks outside a
+// workflow, and of any task).
 func SetAckCommitHooks(l *Lifecycle, h CommitHooks) {
 	l.acks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+	l.stepAcks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
 }
 
 // SetClaimCommitHooks installs h on l's group commit of claims.

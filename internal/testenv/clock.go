@@ -53,8 +53,8 @@ func (c *Clock) SetAhead(tb testing.TB, s *storage.Store, d time.Duration) time.
 	return now.Add(d)
 }
 
-// Clocked returns a store on s's pool whose lease and due-time statements run at c
+// Clocked returns a store on s's pools whose lease and due-time statements run at c
 // (and without s's other options, such as a sealer).
 func Clocked(s *storage.Store, c *Clock) *storage.Store {
-	return storage.New(s.Pool(), storage.WithClock(c.Now))
+	return storage.New(s.Pool(), storage.WithHotPool(s.HotPool()), storage.WithClock(c.Now))
 }

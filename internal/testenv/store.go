@@ -8,12 +8,14 @@ import (
 	"github.com/taskforge/taskforge/storage"
 )
 
-// NewStore returns a storage.Store on a fresh, migrated database (NewDatabase), its
-// pool closed at the end of the test.
+// NewStore returns a storage.Store on a fresh, migrated database (NewDatabase),
+// with a hot-path pool as serve has (storage.WithHotPool), its pools closed at the
+// end of the test.
 func NewStore(tb testing.TB) *storage.Store {
 	tb.Helper()
 	ctx := context.Background()
-	pool, err := storage.Connect(ctx, NewDatabase(tb), 8)
+	url := NewDatabase(tb)
+	pool, err := storage.Connect(ctx, url, 8)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -21,5 +23,10 @@ func NewStore(tb testing.TB) *storage.Store {
 	if _, err := migrations.Apply(ctx, pool); err != nil {
 		tb.Fatal(err)
 	}
-	return storage.New(pool)
+	hot, err := storage.Connect(ctx, url, 8, storage.HotPathSettings())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(hot.Close)
+	return storage.New(pool, storage.WithHotPool(hot))
 }
