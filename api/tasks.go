@@ -170,6 +170,14 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	if minimalAnswer(c) {
+		refs := make([]wire.TaskRef, len(out))
+		for i, e := range out {
+			refs[i] = wire.TaskRef{ID: e.Task.ID.String()}
+		}
+		c.JSON(http.StatusCreated, wire.EnqueueBatchMinimalResponse{Tasks: refs})
+		return
+	}
 	views := make([]wire.Task, len(out))
 	for i, e := range out {
 		views[i] = view.Task(e.Task)

@@ -121,14 +121,10 @@ func (s *Server) poll(c *gin.Context) {
 
 	var acked []wire.AckResult
 	if len(acks) > 0 {
-		results, err := s.commitAcks(c, req.WorkerID, acks)
-		if err != nil {
+		var err error
+		if acked, err = s.commitAcks(c, req.WorkerID, acks, false); err != nil { // a poll's acks carry no task
 			s.fail(c, err) // nothing was acked, nothing claimed
 			return
-		}
-		acked = make([]wire.AckResult, len(results))
-		for i, r := range results {
-			acked[i] = wire.AckResult{TaskID: r.TaskID, Error: r.Error} // a poll's acks carry no task
 		}
 		waitMs = 0 // the worker waits for these answers: do not hold them back
 	}
@@ -416,7 +412,7 @@ func (s *Server) ackBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	results, err := s.commitAcks(c, req.WorkerID, items)
+	results, err := s.commitAcks(c, req.WorkerID, items, !minimalAnswer(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -445,8 +441,9 @@ func (s *Server) ackItems(workerID string, acks []wire.AckItem) ([]storage.AckIt
 
 // commitAcks acks items in one (group) commit of the lifecycle. Each item succeeds or fails
 // (lease_lost) on its own; an error means the commit itself failed: nothing was
-// acked, or, when it timed out, nobody knows.
-func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem) ([]wire.AckResult, error) {
+// acked, or, when it timed out, nobody knows. withTasks puts each done task in its
+// result.
+func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem, withTasks bool) ([]wire.AckResult, error) {
 	outcomes, err := s.lc.AckMany(ctx, workerID, items)
 	if err != nil {
 		return nil, err
@@ -462,8 +459,10 @@ func (s *Server) commitAcks(ctx context.Context, workerID string, items []storag
 			results[i].Error = &errorDetail{Code: apiErr.Code, Message: apiErr.Message}
 			continue
 		}
-		t := view.Task(o.Task)
-		results[i].Task = &t
+		if withTasks {
+			t := view.Task(o.Task)
+			results[i].Task = &t
+		}
 	}
 	return results, nil
 }

@@ -79,6 +79,15 @@ const maxErrorBody = 64 << 10
 // do sends one request and decodes a 2xx JSON answer into out (when out is not nil).
 // It returns the response's Date header (zero when absent) and the status.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (time.Time, int, error) {
+	return c.doWith(ctx, method, path, query, nil, body, out)
+}
+
+// preferMinimal asks the server for an answer without the task objects the caller
+// does not need (RFC 7240; see POST /queues/:name/tasks/batch and /workers/ack/batch).
+var preferMinimal = http.Header{"Prefer": {"return=minimal"}}
+
+// doWith is do with extra request headers.
+func (c *Client) doWith(ctx context.Context, method, path string, query url.Values, header http.Header, body, out any) (time.Time, int, error) {
 	var reader io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -99,6 +108,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -193,8 +193,18 @@ type AckResult struct {
 // /workers/ack/batch), committed together on the server. Items succeed or fail on
 // their own; the error is for the request as a whole (nothing was acked).
 func (c *Client) AckBatch(ctx context.Context, workerID string, items []AckItem) ([]AckResult, error) {
+	return c.ackBatch(ctx, workerID, items, nil)
+}
+
+// AckBatchMinimal is AckBatch for a worker that does not need the done tasks back:
+// each result's Task is nil, and the server encodes none ("Prefer: return=minimal").
+func (c *Client) AckBatchMinimal(ctx context.Context, workerID string, items []AckItem) ([]AckResult, error) {
+	return c.ackBatch(ctx, workerID, items, preferMinimal)
+}
+
+func (c *Client) ackBatch(ctx context.Context, workerID string, items []AckItem, header http.Header) ([]AckResult, error) {
 	var out wire.AckBatchResponse
-	_, status, err := c.do(ctx, http.MethodPost, "/workers/ack/batch", nil, wire.AckBatchRequest{WorkerID: workerID, Acks: items}, &out)
+	_, status, err := c.doWith(ctx, http.MethodPost, "/workers/ack/batch", nil, header, wire.AckBatchRequest{WorkerID: workerID, Acks: items}, &out)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}

@@ -91,7 +91,7 @@ func (r *runner) ackBatch(batch []*job) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.bg, 10*time.Second)
-	results, err := r.c.AckBatch(ctx, r.cfg.ID, ackItems(batch))
+	results, err := r.c.AckBatchMinimal(ctx, r.cfg.ID, ackItems(batch))
 	cancel()
 	for i, j := range batch {
 		switch {

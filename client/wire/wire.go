@@ -140,6 +140,18 @@ type AckItem struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 }
 
+// TaskRef is a task named by its id alone: an element of the answer to a batch
+// enqueue sent with "Prefer: return=minimal".
+type TaskRef struct {
+	ID string `json:"id"`
+}
+
+// EnqueueBatchMinimalResponse is the answer to POST /queues/:name/tasks/batch sent
+// with "Prefer: return=minimal": the tasks' ids, in input order.
+type EnqueueBatchMinimalResponse struct {
+	Tasks []TaskRef `json:"tasks"`
+}
+
 // AckBatchRequest is the body of POST /workers/ack/batch.
 type AckBatchRequest struct {
 	WorkerID string    `json:"worker_id"`
@@ -152,7 +164,8 @@ type AckBatchResponse struct {
 }
 
 // AckResult is the outcome of one ack of a batch or a poll: no Error means
-// acked. A batch's answer carries the done Task; a poll's does not.
+// acked. A batch's answer carries the done Task, unless it was asked for with
+// "Prefer: return=minimal"; a poll's does not.
 type AckResult struct {
 	TaskID string       `json:"task_id"`
 	Task   *Task        `json:"task,omitempty"`

@@ -216,9 +216,9 @@ func enqueueFile(cmd *cobra.Command, o *cliOptions, c *client.Client, queue stri
 	p := newProgress(cmd.ErrOrStderr(), "enqueued", len(tasks))
 	for start := 0; start < len(tasks); start += f.batchSize {
 		batch := tasks[start:min(start+f.batchSize, len(tasks))]
-		var created []client.Task
+		var created []string
 		err := o.call(cmd, func(ctx context.Context) (err error) {
-			created, err = c.EnqueueBatch(ctx, queue, batch)
+			created, err = c.EnqueueBatchMinimal(ctx, queue, batch)
 			return err
 		})
 		if err != nil {
@@ -228,9 +228,7 @@ func enqueueFile(cmd *cobra.Command, o *cliOptions, c *client.Client, queue stri
 			return exitError{ee.code, fmt.Errorf("enqueued %d of %d tasks; the batch of tasks %d..%d failed, none of it was enqueued: %w",
 				len(ids), len(tasks), start+1, start+len(batch), ee.err)}
 		}
-		for _, t := range created {
-			ids = append(ids, t.ID)
-		}
+		ids = append(ids, created...)
 		p.add(len(batch))
 	}
 	p.finish()

@@ -125,7 +125,7 @@ func (w *plainWorker) report(ctx context.Context, tasks []client.PolledTask, job
 	if len(acks) == 0 {
 		return
 	}
-	if _, err := w.c.AckBatch(ctx, w.id, acks); err != nil {
+	if _, err := w.c.AckBatchMinimal(ctx, w.id, acks); err != nil {
 		w.log.Warn(fmt.Sprintf("ack of %d tasks failed; they are retried when their leases expire", len(acks)), "err", err)
 	}
 }

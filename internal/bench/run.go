@@ -253,14 +253,12 @@ func enqueueBatches(ctx context.Context, api *client.Client, queue string, n int
 			batch[i] = client.NewTask{Payload: payload}
 		}
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
-		tasks, err := api.EnqueueBatch(cctx, queue, batch)
+		created, err := api.EnqueueBatchMinimal(cctx, queue, batch)
 		cancel()
 		if err != nil {
 			return ids, err
 		}
-		for _, t := range tasks {
-			ids = append(ids, t.ID)
-		}
+		ids = append(ids, created...)
 	}
 	return ids, nil
 }

@@ -2,6 +2,7 @@ package clienttest_test
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -114,5 +115,42 @@ func TestWorkerAcksRideOnPolls(t *testing.T) {
 		if string(task.Result) != string(task.Payload) || task.Attempts != 1 {
 			t.Fatalf("task %s: result %s for payload %s after %d attempts", task.ID, task.Result, task.Payload, task.Attempts)
 		}
+	}
+}
+
+// TestMinimalBatchCalls: EnqueueBatchMinimal returns the new tasks' ids in input
+// order, and AckBatchMinimal acks as AckBatch does without the done tasks.
+func TestMinimalBatchCalls(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateQueue(ctx, "q", client.QueueSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := c.EnqueueBatchMinimal(ctx, "q", []client.NewTask{{Payload: "a"}, {Payload: "b", Priority: 1}})
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("EnqueueBatchMinimal: %v %v", ids, err)
+	}
+	for i, want := range []string{`"a"`, `"b"`} {
+		got, err := c.GetTask(ctx, "q", ids[i])
+		if err != nil || string(got.Payload) != want {
+			t.Fatalf("task %d (%s): %v %v", i, ids[i], got, err)
+		}
+	}
+	res, err := c.Poll(ctx, client.PollRequest{WorkerID: "w", Queues: []string{"q"}, MaxTasks: 2, Wait: 2 * time.Second})
+	if err != nil || len(res.Tasks) != 2 {
+		t.Fatalf("poll: %v %v", res, err)
+	}
+	items := []client.AckItem{{TaskID: res.Tasks[0].ID, LeaseToken: res.Tasks[0].LeaseToken},
+		{TaskID: res.Tasks[1].ID, LeaseToken: res.Tasks[0].LeaseToken}}
+	results, err := c.AckBatchMinimal(ctx, "w", items)
+	if err != nil || len(results) != 2 {
+		t.Fatalf("AckBatchMinimal: %v %v", results, err)
+	}
+	if results[0].Err != nil || results[0].Task != nil || !errors.Is(results[1].Err, client.ErrLeaseLost) {
+		t.Fatalf("AckBatchMinimal results: %+v", results)
+	}
+	if got, err := c.GetTask(ctx, "q", res.Tasks[0].ID); err != nil || got.Status != client.StatusDone {
+		t.Fatalf("acked task: %v %v", got, err)
 	}
 }
