@@ -12,9 +12,14 @@
 -- triggers count as before. Either way each change is counted exactly once. No
 -- hot-path statement deletes tasks, so the delete trigger always counts.
 
+-- tally_written_inline: is this session one whose statements append their own
+-- deltas? (The planner inlines it: the guard costs a hot-path statement nothing.)
+CREATE FUNCTION tally_written_inline() RETURNS boolean LANGUAGE sql STABLE
+    AS $$ SELECT coalesce(current_setting('taskforge.tally', true) = 'inline', false) $$;
+
 CREATE OR REPLACE FUNCTION tally_tasks_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('taskforge.tally', true) = 'inline' THEN
+    IF tally_written_inline() THEN
         RETURN NULL;
     END IF;
     INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
@@ -24,7 +29,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION tally_tasks_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('taskforge.tally', true) = 'inline' THEN
+    IF tally_written_inline() THEN
         RETURN NULL;
     END IF;
     INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
@@ -40,7 +45,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION tally_attempts_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('taskforge.tally', true) = 'inline' THEN
+    IF tally_written_inline() THEN
         RETURN NULL;
     END IF;
     INSERT INTO queue_tally_delta (queue, metric, bucket, delta)

@@ -276,7 +276,7 @@ const hotPathSettings = `SET plan_cache_mode = force_generic_plan; SET taskforge
 // inlineTally is true on a hot-path connection, where the statements below that
 // append their own count deltas (enqueueTasks, claimTasks, ackPlainTasks) do, and the
 // tally triggers stand aside (migration 0013); elsewhere the triggers count.
-const inlineTally = `current_setting('taskforge.tally', true) = 'inline'`
+const inlineTally = `tally_written_inline()`
 
 // plainLeaseToken is the lease token of a claim of a task outside a workflow: a
 // random UUID of version 8 (RFC 9562's vendor-specific version), where a workflow
@@ -398,14 +398,11 @@ const upsertWorker = `INSERT INTO workers (id, queues, last_heartbeat_at) VALUES
 ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(),
 	queues = CASE WHEN cardinality(EXCLUDED.queues) > 0 THEN EXCLUDED.queues ELSE workers.queues END`
 
-// ackTasks acks a batch: each input row (task, token, worker, result) whose lease is
-// held marks its task done and its attempt succeeded. Rows whose lease is not held
-// change nothing and are simply absent from the result; $5 is the time (NULL:
-// now()). The dependents of workflow steps it finishes are unblocked in the same
-// statement (stepsDone).
-var ackTasks = `WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
-), ` + workflowLockForIDs + `, acked AS (
+// ackedAndRecorded are the CTEs of an ack (after its input CTE): each input row (task,
+// token, worker, result) whose lease is held, and which meets guard, marks its task
+// done (acked) and its attempt succeeded (recorded); $5 is the time (NULL: now()).
+func ackedAndRecorded(guard string) string {
+	return `acked AS (
 	UPDATE tasks t SET status = 'done', result = i.result::jsonb,
 		finished_at = coalesce($5::timestamptz, now()), updated_at = coalesce($5::timestamptz, now()),
 		lease_expires_at = NULL, deadline_at = NULL
@@ -413,12 +410,27 @@ var ackTasks = `WITH input AS (
 	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
 		AND t.status || '' = 'executing' -- by primary key: see byPrimaryKey
 		AND t.lease_expires_at > coalesce($5::timestamptz, now())
-		AND (SELECT count(*) FROM wf_locked) >= 0
+		AND ` + guard + `
 	RETURNING ` + taskColumnsOf + `
 ), recorded AS (
 	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
 	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
-)` + stepsDone("acked") + `
+	RETURNING a.queue, a.finished_at
+)`
+}
+
+// ackInput is the input of the ack statements: ($1 ids, $2 tokens, $3 worker ids, $4
+// results).
+const ackInput = `input AS (
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
+)`
+
+// ackTasks acks a batch: each input row whose lease is held marks its task done and
+// its attempt succeeded (ackedAndRecorded). Rows whose lease is not held change
+// nothing and are simply absent from the result. The dependents of workflow steps it
+// finishes are unblocked in the same statement (stepsDone).
+var ackTasks = `WITH ` + ackInput + `, ` + workflowLockForIDs + `, ` +
+	ackedAndRecorded(`(SELECT count(*) FROM wf_locked) >= 0`) + stepsDone("acked") + `
 SELECT ` + taskColumns + `, fx.effects AS wf_effects
 FROM acked CROSS JOIN woken LEFT JOIN step_effects fx ON fx.effect_of = acked.id`
 
@@ -427,23 +439,7 @@ FROM acked CROSS JOIN woken LEFT JOIN step_effects fx ON fx.effect_of = acked.id
 // the workflow CTEs PostgreSQL has a third of ackTasks' plan to set up on each call.
 // On a hot-path connection it appends its count deltas (inlineTally): executing to
 // done, and the attempt's outcome in its 10-second bucket.
-const ackPlainTasks = `WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
-), acked AS (
-	UPDATE tasks t SET status = 'done', result = i.result::jsonb,
-		finished_at = coalesce($5::timestamptz, now()), updated_at = coalesce($5::timestamptz, now()),
-		lease_expires_at = NULL, deadline_at = NULL
-	FROM input i
-	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
-		AND t.status || '' = 'executing' -- by primary key: see byPrimaryKey
-		AND t.lease_expires_at > coalesce($5::timestamptz, now())
-		AND t.workflow_id IS NULL
-	RETURNING ` + taskColumnsOf + `
-), recorded AS (
-	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
-	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
-	RETURNING a.queue, a.finished_at
-), tallied AS (
+var ackPlainTasks = `WITH ` + ackInput + `, ` + ackedAndRecorded(`t.workflow_id IS NULL`) + `, tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT queue, metric, bucket, sum(n) FROM (
 		SELECT queue, 'executing' AS metric, '-infinity'::timestamptz AS bucket, -1 AS n FROM acked
