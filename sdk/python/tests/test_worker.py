@@ -142,7 +142,7 @@ def test_short_tasks_prefetch_and_ack_on_polls(
     client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"ack": 0, "ack_batch": 0, "poll_acks": 0, "prefetch": 0}
-    orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch, taskforge.Client.poll
+    orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch_minimal, taskforge.Client.poll
 
     def ack(self: taskforge.Client, *a: Any, **k: Any) -> Any:
         calls["ack"] += 1
@@ -158,7 +158,7 @@ def test_short_tasks_prefetch_and_ack_on_polls(
         return orig_poll(self, *a, **k)
 
     monkeypatch.setattr(taskforge.Client, "ack", ack)
-    monkeypatch.setattr(taskforge.Client, "ack_batch", ack_batch)
+    monkeypatch.setattr(taskforge.Client, "ack_batch_minimal", ack_batch)
     monkeypatch.setattr(taskforge.Client, "poll", poll)
 
     n = 40

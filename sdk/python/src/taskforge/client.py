@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any, Final
 
 from ._http import Transport
+from .errors import TaskForgeError
 from .types import (
     AckResult,
     BulkCancel,
@@ -43,6 +44,10 @@ UNSET: Final = _Unset.UNSET
 
 #: The longest wait one ``GET …?wait_ms`` may ask for.
 MAX_WAIT_MS: Final = 30_000
+
+# Asks the batch enqueue and the batch ack for an answer without the task objects
+# the caller does not need (RFC 7240; docs/api.md, "Minimal answers").
+_PREFER_MINIMAL: Final = {"Prefer": "return=minimal"}
 
 
 def _q(name: str) -> str:
@@ -181,6 +186,24 @@ class Client:
         bodies = [t.to_json() if isinstance(t, NewTask) else t for t in tasks]
         out = self._t.request("POST", f"/queues/{_q(queue)}/tasks/batch", body={"tasks": bodies}).body
         return [Task.from_json(t) for t in out["tasks"]]
+
+    def enqueue_batch_minimal(self, queue: str, tasks: Iterable[NewTask | dict[str, Any]]) -> list[str]:
+        """:meth:`enqueue_batch` for bulk loads: returns only the new tasks' ids, in
+        input order, and asks the server for nothing more (``Prefer: return=minimal``),
+        so that neither side encodes or decodes a task object per task. The same
+        validation and the same all-or-nothing commit; :class:`TaskForgeError` when
+        the answer does not hold one id per task sent."""
+        bodies = [t.to_json() if isinstance(t, NewTask) else t for t in tasks]
+        out = self._t.request("POST", f"/queues/{_q(queue)}/tasks/batch", body={"tasks": bodies},
+                              headers=_PREFER_MINIMAL).body
+        got = out.get("tasks") if isinstance(out, dict) else None
+        if not isinstance(got, list) or len(got) != len(bodies):
+            n = len(got) if isinstance(got, list) else 0
+            raise TaskForgeError(f"enqueue of {len(bodies)} tasks to {queue!r}: the server answered {n} ids")
+        ids = [t.get("id") if isinstance(t, dict) else None for t in got]
+        if not all(isinstance(i, str) and i for i in ids):
+            raise TaskForgeError(f"enqueue of {len(bodies)} tasks to {queue!r}: the server answered a task without an id")
+        return [str(i) for i in ids]
 
     def get_task(self, queue: str, task_id: str, *, wait_ms: int | None = None) -> Task:
         """A task with its attempt history. With ``wait_ms`` (≤ 30,000) the server
@@ -421,11 +444,27 @@ class Client:
         return Task.from_json(self._t.request("POST", "/workers/ack", body=body).body)
 
     def ack_batch(self, worker_id: str, acks: list[dict[str, Any]]) -> list[AckResult]:
-        """Acks up to 100 tasks in one commit; each item is acked or refused
-        (``lease_lost``) on its own. An exception means none was acked."""
-        out = self._t.request("POST", "/workers/ack/batch", body={"worker_id": worker_id, "acks": acks}).body
+        """Acks up to 100 tasks (``{task_id, lease_token, result}``) in one commit;
+        each item is acked (``task``: the done task) or refused (``error``:
+        ``lease_lost``) on its own, in the order sent. An APIError means none was
+        acked; :class:`TaskForgeError`, that the answer does not match the acks sent."""
+        return self._ack_batch(worker_id, acks, minimal=False)
+
+    def ack_batch_minimal(self, worker_id: str, acks: list[dict[str, Any]]) -> list[AckResult]:
+        """:meth:`ack_batch` for a worker that does not need the done tasks back:
+        each result's ``task`` is None, and the server encodes none
+        (``Prefer: return=minimal``). The worker runtime's batched acks use it."""
+        return self._ack_batch(worker_id, acks, minimal=True)
+
+    def _ack_batch(self, worker_id: str, acks: list[dict[str, Any]], *, minimal: bool) -> list[AckResult]:
+        out = self._t.request("POST", "/workers/ack/batch", body={"worker_id": worker_id, "acks": acks},
+                              headers=_PREFER_MINIMAL if minimal else None).body
+        got = out.get("results") if isinstance(out, dict) else None
+        if (not isinstance(got, list) or len(got) != len(acks)
+                or any(not isinstance(r, dict) or r.get("task_id") != a.get("task_id") for r, a in zip(got, acks))):
+            raise TaskForgeError(f"ack of {len(acks)} tasks: the answer does not match the request")
         return [AckResult(task_id=r["task_id"], error=_ack_error(r.get("error")),
-                          task=Task.from_json(r["task"]) if r.get("task") else None) for r in out["results"]]
+                          task=Task.from_json(r["task"]) if r.get("task") and not minimal else None) for r in got]
 
     def nack(self, worker_id: str, task_id: str, lease_token: str, error: str, *, retryable: bool = True,
              retry_after_ms: int | None = None) -> Task:

@@ -52,6 +52,7 @@ from .errors import (
     Snooze,
     StopReason,
     TaskCancelled,
+    TaskForgeError,
     TaskTimedOut,
     Unavailable,
     WorkerStopping,
@@ -679,8 +680,8 @@ class _Runner:
             self.done(batch[0])
             return
         try:
-            results = self.c.ack_batch(self.id, [self.ack_item(j) for j in batch])
-        except APIError:
+            results = self.c.ack_batch_minimal(self.id, [self.ack_item(j) for j in batch])
+        except TaskForgeError:  # an error answer, no answer, or one that does not match
             results = None
         for i, j in enumerate(batch):
             if results is None:
