@@ -46,7 +46,7 @@ async function until(what: string, cond: () => Promise<boolean>): Promise<void> 
 
 async function enqueue(q: string, n: number): Promise<void> {
   for (let i = 0; i < n; i += 1000) {
-    await c.enqueueBatch(q, Array.from({ length: Math.min(1000, n - i) }, () => ({ payload: { ms: SLEEP } })));
+    await c.enqueueBatchMinimal(q, Array.from({ length: Math.min(1000, n - i) }, () => ({ payload: { ms: SLEEP } })));
   }
 }
 

@@ -5,6 +5,7 @@ import {
   type AckResult,
   type BulkCancel,
   type LeaseState,
+  type MinimalAckResult,
   type NackRequest,
   type NewTask,
   type PollRequest,
@@ -47,6 +48,9 @@ export interface Answer<T> {
   /** The server's Date header in ms since the epoch; undefined when absent. */
   date: number | undefined;
 }
+
+/** The request header asking for an answer without task objects (RFC 7240; docs/api.md, Minimal answers). */
+const PREFER_MINIMAL: Readonly<Record<string, string>> = { Prefer: "return=minimal" };
 
 /** Error answers are read up to this many bytes. */
 const MAX_ERROR_TEXT = 200;
@@ -204,6 +208,27 @@ export class Client {
       body: { tasks: tasks.map(taskBody) }, signal: o.signal, ...(o.traceparent ? { headers: { traceparent: o.traceparent } } : {}),
     });
     return out.tasks;
+  }
+
+  /**
+   * {@link enqueueBatch} for bulk loads: returns only the new tasks' ids, in input
+   * order, and asks the server for nothing more (`Prefer: return=minimal`), so
+   * that neither side encodes or decodes a task object per task. Throws
+   * `invalid_response` when the server answers another number of ids.
+   */
+  async enqueueBatchMinimal(queue: string, tasks: NewTask[], o: CallOptions & { traceparent?: string } = {}): Promise<string[]> {
+    const what = `enqueue ${tasks.length} tasks into ${q(queue)}`;
+    const a = await this.request<{ tasks?: { id?: unknown }[] }>(what, "POST", `/queues/${seg(queue)}/tasks/batch`, {
+      body: { tasks: tasks.map(taskBody) }, signal: o.signal, headers: { ...PREFER_MINIMAL, ...(o.traceparent ? { traceparent: o.traceparent } : {}) },
+    });
+    const got = a.body?.tasks;
+    if (!Array.isArray(got) || got.length !== tasks.length) {
+      throw new TaskForgeError(what, a.status, "invalid_response", `server answered ${Array.isArray(got) ? got.length : 0} ids for ${tasks.length} tasks`);
+    }
+    return got.map((t, i) => {
+      if (typeof t?.id !== "string" || t.id === "") throw new TaskForgeError(what, a.status, "invalid_response", `server answered no id for tasks[${i}]`);
+      return t.id;
+    });
   }
 
   /**
@@ -389,11 +414,29 @@ export class Client {
    * Acks up to 100 tasks in one commit; each result has its task or its own
    * error (lease_lost). A throw means nothing was acked.
    */
-  async ackBatch(workerId: string, acks: AckItem[], o: CallOptions = {}): Promise<AckResult[]> {
+  ackBatch(workerId: string, acks: AckItem[], o: CallOptions = {}): Promise<AckResult[]> {
+    return this.#ackBatch(workerId, acks, o);
+  }
+
+  /**
+   * {@link ackBatch} for a worker that does not need the done tasks back: each
+   * result is `{task_id}` when acked, `{task_id, error}` (lease_lost) when
+   * refused, and the server encodes no task (`Prefer: return=minimal`). The
+   * {@link Worker} runtime's batched acks use it.
+   */
+  async ackBatchMinimal(workerId: string, acks: AckItem[], o: CallOptions = {}): Promise<MinimalAckResult[]> {
+    const results = await this.#ackBatch(workerId, acks, o, PREFER_MINIMAL);
+    // A server that ignores the preference still answers the tasks: leave them out.
+    return results.map((r) => (r.error ? { task_id: r.task_id, error: r.error } : { task_id: r.task_id }));
+  }
+
+  async #ackBatch(workerId: string, acks: AckItem[], o: CallOptions, headers?: Record<string, string>): Promise<AckResult[]> {
     const what = `ack ${acks.length} tasks`;
-    const a = await this.request<{ results: AckResult[] }>(what, "POST", "/workers/ack/batch", { body: { worker_id: workerId, acks }, signal: o.signal });
-    if (a.body.results?.length !== acks.length) {
-      throw new TaskForgeError(what, a.status, "invalid_response", `server answered ${a.body.results?.length ?? 0} ack results for ${acks.length} acks`);
+    const a = await this.request<{ results: AckResult[] }>(what, "POST", "/workers/ack/batch", {
+      body: { worker_id: workerId, acks }, signal: o.signal, ...(headers ? { headers } : {}),
+    });
+    if (a.body?.results?.length !== acks.length) {
+      throw new TaskForgeError(what, a.status, "invalid_response", `server answered ${a.body?.results?.length ?? 0} ack results for ${acks.length} acks`);
     }
     return a.body.results;
   }

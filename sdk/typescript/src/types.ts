@@ -219,6 +219,9 @@ export interface AckResult {
   error?: { code: string; message: string };
 }
 
+/** The outcome of one ack of a minimal batch (`Client.ackBatchMinimal`): `{task_id}` when acked, `{task_id, error}` (lease_lost) when refused. */
+export type MinimalAckResult = Omit<AckResult, "task">;
+
 /** The body of POST /workers/poll (see docs/api.md, Worker protocol). */
 export interface PollRequest {
   worker_id: string;

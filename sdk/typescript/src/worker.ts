@@ -592,9 +592,10 @@ class Run {
       return;
     }
     const t = withTimeout(this.#bg.signal, REPORT_TIMEOUT_MS);
-    let results: Awaited<ReturnType<Client["ackBatch"]>> | undefined;
+    let results: Awaited<ReturnType<Client["ackBatchMinimal"]>> | undefined;
     try {
-      results = await this.#c.ackBatch(this.#o.id, ackItems(batch), { signal: t.signal });
+      // Only each ack's outcome matters here, not the done task: the minimal answer.
+      results = await this.#c.ackBatchMinimal(this.#o.id, ackItems(batch), { signal: t.signal });
     } catch {
       results = undefined; // not delivered as a batch: one by one, with retries
     } finally {

@@ -84,6 +84,41 @@ test("short handlers: prefetched tasks, and acks that ride on polls", async () =
   assert.ok(requests <= 2 * n + 4, `${requests} requests for ${n} tasks: ${JSON.stringify([...paths])}`);
 });
 
+test("acks queued behind one in flight go as one minimal batch (Prefer: return=minimal)", async () => {
+  const q = await freshQueue("ackbatch");
+  const batches: { n: number; prefer: string | null; applied: string | null }[] = [];
+  let single = 0;
+  const slowAcks: typeof fetch = async (input, init) => {
+    const path = new URL(String(input)).pathname;
+    if (path === "/workers/ack") {
+      single++;
+      await new Promise((r) => setTimeout(r, 500)); // the others finish meanwhile and queue up
+    }
+    const resp = await fetch(input, init);
+    if (path === "/workers/ack/batch" && typeof init?.body === "string") {
+      const n = (JSON.parse(init.body) as { acks: unknown[] }).acks.length;
+      batches.push({ n, prefer: new Headers(init.headers).get("prefer"), applied: resp.headers.get("preference-applied") });
+    }
+    return resp;
+  };
+  // Results over the 16 KiB a poll may carry per ack, so that no ack rides on a poll.
+  const big = "x".repeat(20 << 10);
+  const tasks = await client.enqueueBatch(q, Array.from({ length: 4 }, (_, n) => ({ payload: { n } })));
+  const w = new Worker(new Client(url, { fetch: slowAcks }), { concurrency: 4, pollWaitMs: 1_000, shutdownGraceMs: 1_000, logger: logger() });
+  w.handle(q, async (job) => {
+    const { n } = job.payload as { n: number };
+    if (n > 0) await new Promise((r) => setTimeout(r, 150));
+    return { n, big };
+  });
+  const r = start(w);
+  const done = await waitAll(q, tasks.map((t) => t.id), "done");
+  await r.stop();
+  done.forEach((t, n) => assert.deepEqual(t.result, { n, big }));
+  assert.ok(batches.length > 0, `no batched ack (${single} single acks)`);
+  assert.equal(single + batches.reduce((a, b) => a + b.n, 0), 4, "each task acked once");
+  assert.ok(batches.every((b) => b.n > 1 && b.prefer === "return=minimal" && b.applied === "return=minimal"), JSON.stringify(batches));
+});
+
 test("retry after a delay, permanent failure, snooze without spending a retry", async () => {
   const q = await freshQueue("outcomes", { max_retries: 1 });
   const [retried, perm, snoozed] = await client.enqueueBatch(q, [
