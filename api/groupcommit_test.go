@@ -372,6 +372,54 @@ func TestGroupCommitQueueIsBounded(t *testing.T) {
 	}
 }
 
+// TestGroupCommitBoundCountsRequests: the bound counts requests, not acks: behind a
+// hung commit, two batch acks of five tasks each fit a bound of two, and the next
+// request of any size gets 503 at once.
+func TestGroupCommitBoundCountsRequests(t *testing.T) {
+	t.Parallel()
+	s, ps := commitReplica(t, testserver.Options{}, time.Minute, 2, 12)
+	unlock := lockTask(t, s.Config.DatabaseURL, ps[0].ID)
+	firstTry := make(chan struct{})
+	full := make(chan struct{})
+	var once sync.Once
+	var tries atomic.Int32
+	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{
+		Queued: func(waiting int) {
+			if waiting == 2 {
+				once.Do(func() { close(full) })
+			}
+		},
+		Try: func(context.Context, int) {
+			if tries.Add(1) == 1 {
+				close(firstTry)
+			}
+		},
+	})
+	hung := ackAsync(s, ps[0])
+	recv(t, firstTry, "first try")
+	batchAsync := func(tasks []testserver.Polled) <-chan testserver.Response {
+		acks := make([]map[string]any, len(tasks))
+		for i, p := range tasks {
+			acks[i] = map[string]any{"task_id": p.ID, "lease_token": p.LeaseToken}
+		}
+		ch := make(chan testserver.Response, 1)
+		go func() { ch <- s.Do("POST", "/workers/ack/batch", map[string]any{"worker_id": "w", "acks": acks}) }()
+		return ch
+	}
+	batches := []<-chan testserver.Response{batchAsync(ps[1:6]), batchAsync(ps[6:11])}
+	recv(t, full, "two batch acks queued")
+	wantUnavailable(t, "ack past the bound", s.Ack("w", ps[11]), "too many requests are waiting")
+	unlock()
+	if r := recv(t, hung, "the hung ack's answer"); r.Status != 200 {
+		t.Fatalf("hung ack: %d %s", r.Status, r.Body)
+	}
+	for i, ch := range batches {
+		if r := recv(t, ch, "a queued batch's answer"); r.Status != 200 || bytes.Contains(r.Body, []byte(`"error"`)) {
+			t.Fatalf("batch %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+}
+
 // TestGroupCommitLeaderHandsOff: a request that committed the queue answers once
 // its own batch is done, while the batch behind it (blocked on a row lock) is still
 // running on another request's goroutine.

@@ -69,8 +69,9 @@ type Config struct {
 	// CommitTimeout bounds each try of the group commit of acks and claims; its
 	// callers get 503 when it passes. Defaults to 5s.
 	CommitTimeout time.Duration
-	// CommitMaxWaiting bounds the acks, and apart from them the polls, waiting for
-	// a group commit; beyond it requests get 503 at once. Defaults to 2,000.
+	// CommitMaxWaiting bounds the requests that acks (single, batch, or carried by a
+	// poll), and apart from them the polls, waiting for a group commit; beyond it
+	// requests get 503 at once. Defaults to 2,000.
 	CommitMaxWaiting int
 	// ShutdownTimeout bounds the drain of in-flight requests. Defaults to 10s.
 	ShutdownTimeout time.Duration

@@ -115,7 +115,10 @@ func (w *plainWorker) report(ctx context.Context, tasks []client.PolledTask, job
 		}
 		item := client.AckItem{TaskID: t.ID, LeaseToken: t.LeaseToken, Result: jobs[i].Result()}
 		if !w.batched {
-			if _, err := w.c.Ack(ctx, w.id, item.TaskID, item.LeaseToken, item.Result); err != nil {
+			if err := retryUnavailable(ctx, func() error {
+				_, err := w.c.Ack(ctx, w.id, item.TaskID, item.LeaseToken, item.Result)
+				return err
+			}); err != nil {
 				w.log.Warn("ack failed; the task is retried when its lease expires", "task_id", t.ID, "err", err)
 			}
 			continue
@@ -125,7 +128,27 @@ func (w *plainWorker) report(ctx context.Context, tasks []client.PolledTask, job
 	if len(acks) == 0 {
 		return
 	}
-	if _, err := w.c.AckBatchMinimal(ctx, w.id, acks); err != nil {
+	if err := retryUnavailable(ctx, func() error {
+		_, err := w.c.AckBatchMinimal(ctx, w.id, acks)
+		return err
+	}); err != nil {
 		w.log.Warn(fmt.Sprintf("ack of %d tasks failed; they are retried when their leases expire", len(acks)), "err", err)
+	}
+}
+
+// retryUnavailable calls f until it succeeds or fails with anything but a 503 (the
+// server asks to retry later, e.g. when too many requests wait for a commit), at
+// most five times, 50 ms × the try number apart, as docs/operations.md advises.
+func retryUnavailable(ctx context.Context, f func() error) error {
+	for try := 1; ; try++ {
+		err := f()
+		if err == nil || try == 5 || !errors.Is(err, client.ErrUnavailable) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+		}
 	}
 }

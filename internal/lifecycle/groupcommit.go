@@ -50,8 +50,10 @@ const (
 //     batch's callers with ErrCommitTimeout instead of holding them.
 //   - A panic in commit fails that batch's callers with ErrCommitPanicked; the
 //     committer goes on with the next batch.
-//   - At most limit items wait (the running batch aside); beyond, do fails at once
-//     with ErrCommitOverloaded.
+//   - At most limit callers wait (the running batch aside); beyond, do fails at
+//     once with ErrCommitOverloaded. Callers, not items: a batch ack of 50 is one
+//     request, and a hundred of them arriving together are a tenth of a second of
+//     commits, not an overload.
 //   - A committer serves only until its own items are answered, then hands the
 //     queue to a waiting caller: since the queue is FIFO, every batch it commits
 //     holds work queued before its own, so it never waits for others' work longer
@@ -62,7 +64,7 @@ const (
 type groupCommit[I, O any] struct {
 	name    string        // "ack", "ack_step" or "claim": metrics, logs and errors
 	max     int           // items per batch, unless one caller brings more
-	limit   int           // items that may wait for a batch
+	limit   int           // callers that may wait for a batch
 	timeout time.Duration // bound of one try
 	// commit commits items in one statement and returns one outcome per item, in
 	// order, or the error that failed them all. It must return soon after ctx ends.
@@ -73,13 +75,14 @@ type groupCommit[I, O any] struct {
 
 	mu         sync.Mutex
 	pending    []waiting[I, O]
+	callers    int           // callers with items in pending
 	committing bool          // a caller is committing, or has been handed the queue
 	lead       chan struct{} // holds the queue while it passes between callers
 }
 
 // commitHooks let tests see and steer a group commit (hooks.go).
 type commitHooks struct {
-	// queued runs after a caller's items joined the queue, with the number waiting.
+	// queued runs after a caller's items joined the queue, with the callers waiting.
 	queued func(waiting int)
 	// try runs at the start of each try, inside its deadline and panic guard.
 	try func(ctx context.Context, items int)
@@ -97,7 +100,7 @@ type commitResult[O any] struct {
 }
 
 // newGroupCommit returns a group commit of batches of up to max items, with up to
-// limit items waiting and each try bounded by timeout.
+// limit callers waiting and each try bounded by timeout.
 func newGroupCommit[I, O any](name string, max, limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger,
 	commit func(ctx context.Context, items []I) ([]O, error)) *groupCommit[I, O] {
 	return &groupCommit[I, O]{name: name, max: max, limit: limit, timeout: timeout, commit: commit, tel: tel, log: log,
@@ -111,19 +114,19 @@ func newGroupCommit[I, O any](name string, max, limit int, timeout time.Duration
 func (g *groupCommit[I, O]) do(ctx context.Context, items ...I) ([]O, error) {
 	ws := make([]waiting[I, O], len(items))
 	g.mu.Lock()
-	// A request larger than the limit is let in alone, or it could never be.
-	if len(g.pending) > 0 && len(g.pending)+len(items) > g.limit {
+	if g.callers >= g.limit {
 		g.mu.Unlock()
 		g.tel.GroupCommitFailed(g.name, "overload")
-		return nil, fmt.Errorf("%s: %d items already waiting: %w", g.name, g.limit, ErrCommitOverloaded)
+		return nil, fmt.Errorf("%s: %d requests already waiting: %w", g.name, g.limit, ErrCommitOverloaded)
 	}
 	for i, it := range items {
 		ws[i] = waiting[I, O]{item: it, first: i == 0, done: make(chan commitResult[O], 1)}
 		g.pending = append(g.pending, ws[i])
 	}
+	g.callers++
 	lead := !g.committing
 	g.committing = true
-	queued := len(g.pending)
+	queued := g.callers
 	g.mu.Unlock()
 	if h := g.hooks.Load(); h != nil && h.queued != nil {
 		h.queued(queued)
@@ -180,6 +183,11 @@ func (g *groupCommit[I, O]) serve(ctx context.Context, own []waiting[I, O]) {
 		}
 		batch := g.pending[:n:n]
 		g.pending = g.pending[n:]
+		for _, w := range batch {
+			if w.first {
+				g.callers--
+			}
+		}
 		g.mu.Unlock()
 		g.run(ctx, batch)
 	}

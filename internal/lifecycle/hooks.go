@@ -7,7 +7,7 @@ import "context"
 
 // CommitHooks watch and steer a group commit (of acks, or of claims).
 type CommitHooks struct {
-	// Queued runs after a caller's items joined the queue, with how many wait.
+	// Queued runs after a caller's items joined the queue, with how many callers wait.
 	Queued func(waiting int)
 	// Try runs at the start of each try, under its deadline and inside its panic
 	// guard: a panic here is a panic of the batch.

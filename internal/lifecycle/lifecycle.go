@@ -32,8 +32,8 @@ type Config struct {
 	// CommitTimeout bounds each try of a group commit (of acks, or of claims); its
 	// callers get ErrCommitTimeout when it passes. Defaults to 5s.
 	CommitTimeout time.Duration
-	// CommitMaxWaiting bounds the acks, and apart from them the claims, waiting for
-	// a group commit behind the one running; beyond it, callers get
+	// CommitMaxWaiting bounds the callers (an ack, a batch of acks, a poll's claim)
+	// waiting for each group commit behind the one running; beyond it, callers get
 	// ErrCommitOverloaded at once. Defaults to 2,000.
 	CommitMaxWaiting int
 	// LowWater is the buffer size below which a claim calls Waker.WakeLow. Zero
