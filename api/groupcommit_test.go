@@ -329,21 +329,20 @@ func TestGroupCommitPanicInClaimGivesTheIdsBack(t *testing.T) {
 	}
 }
 
-// TestGroupCommitQueueIsBounded: while a commit hangs on a row lock, acks queue up
-// to CommitMaxWaiting; the next gets 503 at once, and once the lock is released the
-// queued ones commit and the refused one can be repeated.
-func TestGroupCommitQueueIsBounded(t *testing.T) {
-	t.Parallel()
-	s, ps := commitReplica(t, testserver.Options{}, time.Minute, 2, 4)
-	unlock := lockTask(t, s.Config.DatabaseURL, ps[0].ID)
+// hangAckCommit acks p with its task's row locked, so that the ack's commit hangs,
+// and returns once its statement waits for the lock: the ack's answer, a channel
+// closed once bound callers wait behind it, and the lock's release.
+func hangAckCommit(t *testing.T, s *testserver.Instance, p testserver.Polled, bound int) (hung <-chan testserver.Response, full <-chan struct{}, unlock func()) {
+	t.Helper()
+	unlock = lockTask(t, s.Config.DatabaseURL, p.ID)
 	firstTry := make(chan struct{})
-	full := make(chan struct{})
+	queueFull := make(chan struct{})
 	var once sync.Once
 	var tries atomic.Int32
 	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{
 		Queued: func(waiting int) {
-			if waiting == 2 {
-				once.Do(func() { close(full) })
+			if waiting == bound {
+				once.Do(func() { close(queueFull) })
 			}
 		},
 		Try: func(context.Context, int) {
@@ -352,8 +351,18 @@ func TestGroupCommitQueueIsBounded(t *testing.T) {
 			}
 		},
 	})
-	hung := ackAsync(s, ps[0])
+	hung = ackAsync(s, p)
 	recv(t, firstTry, "first try") // its statement now waits for the lock
+	return hung, queueFull, unlock
+}
+
+// TestGroupCommitQueueIsBounded: while a commit hangs on a row lock, acks queue up
+// to CommitMaxWaiting; the next gets 503 at once, and once the lock is released the
+// queued ones commit and the refused one can be repeated.
+func TestGroupCommitQueueIsBounded(t *testing.T) {
+	t.Parallel()
+	s, ps := commitReplica(t, testserver.Options{}, time.Minute, 2, 4)
+	hung, full, unlock := hangAckCommit(t, s, ps[0], 2)
 	queued := []<-chan testserver.Response{ackAsync(s, ps[1]), ackAsync(s, ps[2])}
 	recv(t, full, "queue full")
 
@@ -378,25 +387,7 @@ func TestGroupCommitQueueIsBounded(t *testing.T) {
 func TestGroupCommitBoundCountsRequests(t *testing.T) {
 	t.Parallel()
 	s, ps := commitReplica(t, testserver.Options{}, time.Minute, 2, 12)
-	unlock := lockTask(t, s.Config.DatabaseURL, ps[0].ID)
-	firstTry := make(chan struct{})
-	full := make(chan struct{})
-	var once sync.Once
-	var tries atomic.Int32
-	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{
-		Queued: func(waiting int) {
-			if waiting == 2 {
-				once.Do(func() { close(full) })
-			}
-		},
-		Try: func(context.Context, int) {
-			if tries.Add(1) == 1 {
-				close(firstTry)
-			}
-		},
-	})
-	hung := ackAsync(s, ps[0])
-	recv(t, firstTry, "first try")
+	hung, full, unlock := hangAckCommit(t, s, ps[0], 2)
 	batchAsync := func(tasks []testserver.Polled) <-chan testserver.Response {
 		acks := make([]map[string]any, len(tasks))
 		for i, p := range tasks {
