@@ -14,7 +14,8 @@ import (
 // TestEnqueueProbeStaysOnTheDispatchIndex: once ANALYZE has seen one queue's
 // backlog and another's dead tasks, the enqueue's probe for due work still reads
 // tasks_dispatch_idx, never the whole table (a sequential scan made every enqueue
-// of an idle queue cost 80 ms at 40,000 rows and seconds at 2 million).
+// of an idle queue cost 80 ms at 40,000 rows and seconds at 2 million), in the plan
+// made for each queue and in the generic plan the hot-path pool keeps.
 func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 	ctx := context.Background()
 	store := testenv.NewStore(t)
@@ -44,6 +45,25 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		if strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
 			t.Errorf("the enqueue's probe of queue %s is not planned on tasks_dispatch_idx:\n%s", q, text)
 		}
+	}
+	// The hot-path pool plans it once, generically (storage.HotPathSettings).
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	desc, err := conn.Conn().Prepare(ctx, "plan_enqueue", storage.EnqueueTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE plan_enqueue("+nulls+")")
+	if text := plan(t, rows, err); strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
+		t.Errorf("the enqueue's generic plan does not probe tasks_dispatch_idx:\n%s", text)
 	}
 }
 
