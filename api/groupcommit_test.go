@@ -21,6 +21,12 @@ import (
 // against a hang, never a pause.
 const signalWait = 30 * time.Second
 
+// hangTimeout is the commit timeout of the tests whose statement hangs on a row
+// lock until it passes. The timed-out connection is dropped, so the request after
+// the lock is released may open a fresh one (connect, session settings, prepare)
+// within it; 500 ms was too little for that on a loaded CI machine.
+const hangTimeout = 2 * time.Second
+
 // commitReplica starts a replica with the given group commit settings (zero keeps
 // the default) and a long lease, and gives n tasks of queue q executing for worker
 // "w", in enqueue order.
@@ -146,7 +152,7 @@ func commitFailures(t *testing.T, s *testserver.Instance, commit, reason string)
 // so it leaves nothing behind and the acks can be repeated.
 func TestGroupCommitTimesOutWhenPostgresHangs(t *testing.T) {
 	t.Parallel()
-	s, ps := commitReplica(t, testserver.Options{}, 500*time.Millisecond, 0, 4)
+	s, ps := commitReplica(t, testserver.Options{}, hangTimeout, 0, 4)
 	hung, other, first, later := ps[0], ps[1], ps[2], ps[3]
 	unlock := lockTask(t, s.Config.DatabaseURL, hung.ID)
 
@@ -210,7 +216,7 @@ func TestGroupCommitTimesOutWhenPostgresHangs(t *testing.T) {
 // next poll after the lock is gone gets the task.
 func TestGroupCommitClaimTimesOutWhenPostgresHangs(t *testing.T) {
 	t.Parallel()
-	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.CommitTimeout = 500 * time.Millisecond }})
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.CommitTimeout = hangTimeout }})
 	s.CreateQueue("q", nil)
 	task := s.Enqueue("q", map[string]any{"payload": 1})
 	testserver.Eventually(t, signalWait, "task buffered", func() bool { return s.Task("q", task.ID).Status == "claimed" })

@@ -379,8 +379,11 @@ func TestPushRateLimitAcrossTwoReplicas(t *testing.T) {
 	for i := range times {
 		for j := i; j < len(times); j++ {
 			window := times[j].Sub(times[i]).Seconds()
-			// One request of slack for the time between the pop and the target.
-			if n := j - i + 1; float64(n) > burst+rate*window+1 {
+			// Two requests of slack for the time between the pop and the target: a
+			// token taken at t reaches the target after the claim's commit and an
+			// HTTP hop, which a loaded machine can stretch enough to bunch it with
+			// the next one. Without a limit all 30 arrive within a few ms.
+			if n := j - i + 1; float64(n) > burst+rate*window+2 {
 				t.Fatalf("%d requests within %.3fs, above burst + rate·t = %.1f", n, window, burst+rate*window)
 			}
 		}
