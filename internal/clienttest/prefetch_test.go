@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,15 +270,32 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			if !tc.releaseEarly {
 				grace = 500 * time.Millisecond
 			}
+			// The poller parks once its slot and its prefetch room are both taken:
+			// the worker then holds the prefetched task itself. (The server's list
+			// of its tasks shows the claim a moment earlier, while the poll's answer
+			// may still be on its way, and a worker stopped then hangs up on it.)
+			var armed atomic.Bool
+			parked := make(chan struct{}, 1)
 			a := client.NewWorker(c, client.WorkerConfig{ID: "w-a", Concurrency: 1, PollWait: 2 * time.Second,
-				ShutdownGrace: grace, Logger: logger()})
+				ShutdownGrace: grace, Logger: logger(), OnPark: func() {
+					if armed.Load() {
+						select {
+						case parked <- struct{}{}:
+						default:
+						}
+					}
+				}})
 			g, ra := startGated(t, a)
 			warmUp(t, c, "quick", 2)
+			armed.Store(true)
 			ids := enqueueKinds(t, c, "hold", "quick")
 			held, next := ids[0], ids[1]
-			waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
-				return g.hasStarted(held) && len(currentTasks(t, c, "w-a")) == 2
-			})
+			select {
+			case <-parked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the worker never held the next task prefetched")
+			}
+			waitFor(t, 10*time.Second, "the held task started", func() bool { return g.hasStarted(held) })
 			ra.cancel()
 			if tc.releaseEarly {
 				close(g.release)
