@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
@@ -47,22 +48,8 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		}
 	}
 	// The hot-path pool plans it once, generically (storage.HotPathSettings).
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
-	desc, err := conn.Conn().Prepare(ctx, "plan_enqueue", storage.EnqueueTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE plan_enqueue("+nulls+")")
-	if text := plan(t, rows, err); strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
+	generic := genericPlans(t, pool)
+	if text := generic("enqueue", storage.EnqueueTasks); strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
 		t.Errorf("the enqueue's generic plan does not probe tasks_dispatch_idx:\n%s", text)
 	}
 }
@@ -93,25 +80,10 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	// The plan pgx's cached statements get once PostgreSQL settles on a generic one.
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
+	generic := genericPlans(t, pool)
 	for name, sql := range storage.ByIDStatements {
-		stmt := "plan_" + strings.ReplaceAll(name, " ", "_")
-		desc, err := conn.Conn().Prepare(ctx, stmt, sql)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt+"("+nulls+")")
-		text := plan(t, rows, err)
+		text := generic(name, sql)
 		for _, partial := range []string{"tasks_buffered_idx", "tasks_claimed_idx", "tasks_worker_idx", "tasks_lease_idx"} {
 			if strings.Contains(text, partial) {
 				t.Errorf("%s takes tasks through %s, not their primary key:\n%s", name, partial, text)
@@ -120,6 +92,34 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 		if !strings.Contains(text, "tasks_pkey") {
 			t.Errorf("%s does not use tasks_pkey:\n%s", name, text)
 		}
+	}
+}
+
+// genericPlans returns a function that gives the generic plan of a statement (the
+// one a connection with plan_cache_mode = force_generic_plan keeps, such as the
+// hot-path pool's), on a connection of pool held until the test ends.
+func genericPlans(t *testing.T, pool *pgxpool.Pool) func(name, sql string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") })
+	return func(name, sql string) string {
+		t.Helper()
+		stmt := "plan_" + strings.ReplaceAll(name, " ", "_")
+		desc, err := conn.Conn().Prepare(ctx, stmt, sql)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+stmt+"("+nulls+")")
+		return plan(t, rows, err)
 	}
 }
 
