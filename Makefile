@@ -1,9 +1,10 @@
 # TaskForge — common tasks. `make run` and `make test` need only Go plus the local
 # PostgreSQL and Redis server binaries (Debian: postgresql, redis-server). `make
-# test` also runs the Python SDK's pytest suite, mypy and the cross-language
-# conformance scenario from Go tests (sdk/conformance), with Debian's python3,
-# python3-venv, python3-setuptools, python3-wheel, python3-pytest and python3-mypy;
-# without them those tests skip (and fail under CI=true).
+# test` also runs the Python SDK's pytest suite and mypy, the TypeScript SDK's
+# node --test suite, and the cross-language conformance scenario from Go tests
+# (sdk/conformance), with Debian's python3, python3-venv, python3-setuptools,
+# python3-wheel, python3-pytest and python3-mypy, and node with npm; without them
+# those tests skip (and fail under CI=true).
 
 GO          ?= go
 BIN         := bin/taskforge

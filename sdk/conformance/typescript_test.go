@@ -41,3 +41,21 @@ func typescriptSetup(t *testing.T, dir string) {
 func typescriptCommand(dir string) []string {
 	return []string{"node", filepath.Join(dir, "sdk-typescript", "dist", "conformance", "scenario.js")}
 }
+
+// TestTypeScriptSDK runs the TypeScript SDK's own tests (sdk/typescript/test,
+// node --test through its run.js) against a real replica with a 2 s lease, so
+// that `go test ./...` covers them as it covers the Python SDK's pytest suite.
+func TestTypeScriptSDK(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	typescriptSetup(t, dir)
+	s := startReplica(t)
+	cmd := exec.Command("node", filepath.Join(dir, "sdk-typescript", "dist", "test", "run.js"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TASKFORGE_URL="+s.URL)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test:\n%s", out)
+	if err != nil {
+		t.Fatalf("the TypeScript SDK's tests failed: %v", err)
+	}
+}
