@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +130,78 @@ func BenchmarkClaimAck(b *testing.B) {
 			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "tasks/s")
 		})
 	}
+}
+
+// BenchmarkClaimAckBatch is a batched worker's share of PostgreSQL per task: claim
+// a poll's worth of buffered tasks in one statement, ack them all in another (the
+// plain ack a batched worker's tasks take), on hot-path connections. Besides
+// tasks/s it reports pg-cpu-µs/task: the CPU of every postgres process on the
+// machine during the claims and acks (not the refills), so run nothing else
+// meanwhile.
+func BenchmarkClaimAckBatch(b *testing.B) {
+	const size = 50
+	s := newStore(b)
+	ctx := context.Background()
+	var ids []uuid.UUID
+	var refillCPU time.Duration
+	b.ResetTimer()
+	startCPU := postgresCPU(b)
+	for b.Loop() {
+		if len(ids) < size {
+			b.StopTimer()
+			before := postgresCPU(b)
+			if _, err := s.Enqueue(ctx, "q", newTasks(5000), nil); err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, dispatchAll(b, s)...)
+			refillCPU += postgresCPU(b) - before
+			b.StartTimer()
+		}
+		claimed, err := s.ClaimTasks(ctx, ids[:size], "bench", 30*time.Second)
+		ids = ids[size:]
+		if err != nil || len(claimed) != size {
+			b.Fatalf("claimed %d of %d: %v", len(claimed), size, err)
+		}
+		items := make([]storage.AckItem, len(claimed))
+		for i, t := range claimed {
+			items[i] = storage.AckItem{TaskID: t.ID, LeaseToken: *t.LeaseToken, WorkerID: "bench"}
+		}
+		if acked, err := s.AckPlainMany(ctx, items); err != nil || len(acked) != size {
+			b.Fatalf("acked %d of %d: %v", len(acked), size, err)
+		}
+	}
+	b.StopTimer()
+	workCPU := postgresCPU(b) - startCPU - refillCPU
+	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "tasks/s")
+	b.ReportMetric(float64(workCPU.Microseconds())/float64(b.N*size), "pg-cpu-µs/task")
+}
+
+// postgresCPU is the CPU time so far of every process named postgres on this
+// machine (this benchmark's backends, and the WAL writer and checkpointer).
+func postgresCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Skipf("no /proc: %v", err)
+	}
+	var ticks int64
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open || s[open+1:close] != "postgres" {
+			continue
+		}
+		f := strings.Fields(s[close+1:]) // f[0] is field 3 (state); utime, stime are 14, 15
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		k, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + k
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
