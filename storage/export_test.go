@@ -13,3 +13,9 @@ var ByIDStatements = map[string]string{
 	"nack":            nackTask,
 	"release":         releaseTask,
 }
+
+// ListTasks is the task list's statement, for the plan tests.
+const ListTasks = listTasks
+
+// ListWorkers is the workers list's statement, for the plan tests.
+const ListWorkers = listWorkers

@@ -2,9 +2,11 @@ package storage_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -84,7 +86,7 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 	generic := genericPlans(t, pool)
 	for name, sql := range storage.ByIDStatements {
 		text := generic(name, sql)
-		for _, partial := range []string{"tasks_buffered_idx", "tasks_claimed_idx", "tasks_worker_idx", "tasks_lease_idx"} {
+		for _, partial := range []string{"tasks_buffered_idx", "tasks_claimed_idx", "tasks_lease_idx"} {
 			if strings.Contains(text, partial) {
 				t.Errorf("%s takes tasks through %s, not their primary key:\n%s", name, partial, text)
 			}
@@ -134,4 +136,84 @@ func plan(t *testing.T, rows pgx.Rows, err error) string {
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestTaskListReadsTheStatusIndex: with no index of a queue's tasks by age alone
+// (migration 0014), the unfiltered task list still reads each status's newest
+// tasks through tasks_status_list_idx, stopped by its LIMIT, never the whole
+// queue, in the plan made for its parameters and in a generic one; and the
+// workers list, without tasks_worker_idx, still reads no more than the executing
+// tasks.
+func TestTaskListReadsTheStatusIndex(t *testing.T) {
+	ctx := context.Background()
+	store := testenv.NewStore(t)
+	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	pool := store.Pool()
+	for _, stmt := range []string{
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries, created_at, finished_at)
+			SELECT gen_random_uuid(), 'q', '{}', 5, CASE WHEN g % 3 = 0 THEN 'pending' ELSE 'done' END,
+				now(), 3, now() - g * interval '1 second', CASE WHEN g % 3 <> 0 THEN now() END
+			FROM generate_series(1, 30000) AS g`,
+		`ANALYZE tasks`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(which, text string) {
+		t.Helper()
+		if strings.Contains(text, "Seq Scan on tasks") || strings.Contains(text, "Bitmap") ||
+			!strings.Contains(text, "Index Scan using tasks_status_list_idx") {
+			t.Errorf("the %s plan of the task list does not probe tasks_status_list_idx per status:\n%s", which, text)
+		}
+	}
+	rows, err := pool.Query(ctx, "EXPLAIN "+storage.ListTasks, "q", storage.Statuses, nil, nil, nil, nil, nil, 51)
+	check("custom", plan(t, rows, err))
+	generic := genericPlans(t, pool)
+	check("generic", generic("list", storage.ListTasks))
+	// The workers list finds executing tasks without tasks_worker_idx, dropped with
+	// tasks_list_idx: through tasks_lease_idx, not the whole table.
+	rows, err = pool.Query(ctx, "EXPLAIN "+storage.ListWorkers, 30000)
+	if text := plan(t, rows, err); strings.Contains(text, "Seq Scan on tasks") {
+		t.Errorf("the workers list reads the whole of tasks:\n%s", text)
+	}
+
+	// And it answers: newest first across statuses, page after page.
+	var all []uuid.UUID
+	f := storage.TaskFilter{Queue: "q", Limit: 700}
+	for {
+		page, next, err := store.ListTasks(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, task := range page {
+			all = append(all, task.ID)
+			if i > 0 && page[i-1].CreatedAt.Before(task.CreatedAt) {
+				t.Fatalf("page out of order at %d: %v before %v", i, page[i-1].CreatedAt, task.CreatedAt)
+			}
+		}
+		if next == nil || len(all) >= 2100 {
+			break
+		}
+		f.After = next
+	}
+	var want []uuid.UUID
+	if err := pgxscan(ctx, pool, &want, `SELECT id FROM tasks WHERE queue = 'q' ORDER BY created_at DESC, id DESC LIMIT 2100`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(all, want) {
+		t.Fatalf("three pages of the unfiltered list: %d ids, not the %d newest in order", len(all), len(want))
+	}
+}
+
+// pgxscan reads a one-column query into dst.
+func pgxscan[T any](ctx context.Context, pool *pgxpool.Pool, dst *[]T, sql string) error {
+	rows, err := pool.Query(ctx, sql)
+	if err != nil {
+		return err
+	}
+	*dst, err = pgx.CollectRows(rows, pgx.RowTo[T])
+	return err
 }

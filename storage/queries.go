@@ -121,14 +121,22 @@ const getTask = `SELECT ` + taskColumns + ` FROM tasks WHERE queue = $1 AND id =
 const taskAttempts = `SELECT attempt, worker_id, status, started_at, finished_at, error
 FROM attempts WHERE task_id = $1 ORDER BY attempt`
 
-// listTasks: newest first, keyset-paginated on (created_at, id). Null filters match all.
-const listTasks = `SELECT ` + taskColumns + ` FROM tasks
-WHERE queue = $1
-	AND ($2::text IS NULL OR status = $2)
-	AND ($3::text IS NULL OR claimed_by = $3)
-	AND ($4::timestamptz IS NULL OR created_at >= $4)
-	AND ($5::timestamptz IS NULL OR created_at < $5)
-	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+// listTasks: newest first, keyset-paginated on (created_at, id), among the tasks
+// whose status is one of $2 (every status, for an unfiltered list). Other null
+// filters match all. Each status is one probe of tasks_status_list_idx in its own
+// order, stopped by LIMIT; the probes' pages are merged. (No index orders a queue's
+// tasks by age alone: see migration 0014.)
+const listTasks = `SELECT ` + taskColumns + ` FROM unnest($2::text[]) AS s(wanted)
+CROSS JOIN LATERAL (
+	SELECT ` + taskColumns + ` FROM tasks
+	WHERE queue = $1 AND status = s.wanted
+		AND ($3::text IS NULL OR claimed_by = $3)
+		AND ($4::timestamptz IS NULL OR created_at >= $4)
+		AND ($5::timestamptz IS NULL OR created_at < $5)
+		AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+	ORDER BY created_at DESC, id DESC
+	LIMIT $8
+) t
 ORDER BY created_at DESC, id DESC
 LIMIT $8`
 
@@ -320,10 +328,10 @@ GROUP BY q.name`
 //
 // which reads the same but from which no partial index's predicate can be proven.
 // With t.status = '…', the planner may take a partial index of that status instead
-// of the primary key (tasks_buffered_idx for 'claimed', tasks_worker_idx or
-// tasks_lease_idx for 'executing'), and when its statistics were taken while few
-// tasks had that status (an idle queue, or autovacuum not yet caught up after a
-// burst) it does, and then reads the whole index for each id: every buffered task of
+// of the primary key (tasks_buffered_idx for 'claimed', tasks_lease_idx for
+// 'executing'), and when its statistics were taken while few tasks had that
+// status (an idle queue, or autovacuum not yet caught up after a burst) it does,
+// and then reads the whole index for each id: every buffered task of
 // every queue per claimed task, every executing task per acked one. Seen in E1 at
 // 20,000 tasks: a 16-task claim read 1,300 buffers of tasks_buffered_idx in 4–13 ms,
 // and an ack batch 4,713 entries of tasks_lease_idx. The primary key costs a few

@@ -230,7 +230,11 @@ func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error) {
 // page (nil on the last page).
 func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, error) {
 	after, afterID := cursorArgs(f.After)
-	rows, err := s.pool.Query(ctx, listTasks, f.Queue, optional(f.Status), optional(f.WorkerID),
+	statuses := Statuses
+	if f.Status != "" {
+		statuses = []string{f.Status}
+	}
+	rows, err := s.pool.Query(ctx, listTasks, f.Queue, statuses, optional(f.WorkerID),
 		f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit+1)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
