@@ -210,7 +210,7 @@ func isForeignKeyViolation(err error) bool {
 
 // collectTasks reads task rows, opening sealed payloads, results and errors.
 func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
-	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Task])
+	tasks, err := pgx.CollectRows(rows, rowByPosition(taskColumnNames, taskFields))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ type endedTask struct {
 // collectEnded reads the rows of a statement that ends tasks (ackTasks), with each
 // task's Effects.
 func (s *Store) collectEnded(rows pgx.Rows) ([]Task, error) {
-	ended, err := pgx.CollectRows(rows, pgx.RowToStructByName[endedTask])
+	ended, err := pgx.CollectRows(rows, rowByPosition(endedColumnNames, endedFields))
 	if err != nil {
 		return nil, err
 	}
