@@ -192,8 +192,10 @@ func Connect(ctx context.Context, url string, maxConns int32, opts ...ConnectOpt
 	return pool, nil
 }
 
-// ConfigureConn makes conn scan timestamps in UTC, so API times are RFC 3339 UTC.
+// ConfigureConn makes conn scan timestamps in UTC, so API times are RFC 3339 UTC,
+// and encode ids without a detour through their text (encodeUUIDs).
 func ConfigureConn(conn *pgx.Conn) {
+	encodeUUIDs(conn.TypeMap())
 	conn.TypeMap().RegisterType(&pgtype.Type{
 		Name: "timestamptz", OID: pgtype.TimestamptzOID,
 		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC},
