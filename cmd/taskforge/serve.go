@@ -128,6 +128,7 @@ $OTEL_EXPORTER_OTLP_ENDPOINT is set (with the other standard OTEL_* variables).`
 			if err := errors.Join(f.envErrs...); err != nil {
 				return exitError{2, err}
 			}
+			applyServeGC(os.Getenv)
 			if err := f.loadEncryptionKeys(); err != nil {
 				return exitError{2, err}
 			}
