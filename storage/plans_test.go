@@ -62,13 +62,7 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 // statements that take tasks by id still find them through tasks_pkey, never
 // through a partial index of their status, which they would read whole for each id.
 func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
-	ctx := context.Background()
-	store := testenv.NewStore(t)
-	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3}); err != nil {
-		t.Fatal(err)
-	}
-	pool := store.Pool()
-	for _, stmt := range []string{
+	_, pool := queueWithRows(t,
 		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
 			SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, 20000)`,
 		`VACUUM ANALYZE tasks`,
@@ -76,12 +70,7 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 			WHERE id IN (SELECT id FROM tasks WHERE status = 'pending' LIMIT 1000)`,
 		`UPDATE tasks SET status = 'executing', claimed_by = 'w', lease_token = gen_random_uuid(),
 			lease_expires_at = now() + interval '30 seconds', deadline_at = now() + interval '1 hour'
-			WHERE id IN (SELECT id FROM tasks WHERE status = 'pending' LIMIT 1000)`,
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+			WHERE id IN (SELECT id FROM tasks WHERE status = 'pending' LIMIT 1000)`)
 	// The plan pgx's cached statements get once PostgreSQL settles on a generic one.
 	generic := genericPlans(t, pool)
 	for name, sql := range storage.ByIDStatements {
@@ -146,22 +135,12 @@ func plan(t *testing.T, rows pgx.Rows, err error) string {
 // tasks.
 func TestTaskListReadsTheStatusIndex(t *testing.T) {
 	ctx := context.Background()
-	store := testenv.NewStore(t)
-	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3}); err != nil {
-		t.Fatal(err)
-	}
-	pool := store.Pool()
-	for _, stmt := range []string{
+	store, pool := queueWithRows(t,
 		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries, created_at, finished_at)
 			SELECT gen_random_uuid(), 'q', '{}', 5, CASE WHEN g % 3 = 0 THEN 'pending' ELSE 'done' END,
 				now(), 3, now() - g * interval '1 second', CASE WHEN g % 3 <> 0 THEN now() END
 			FROM generate_series(1, 30000) AS g`,
-		`ANALYZE tasks`,
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+		`ANALYZE tasks`)
 	check := func(which, text string) {
 		t.Helper()
 		if strings.Contains(text, "Seq Scan on tasks") || strings.Contains(text, "Bitmap") ||
@@ -216,4 +195,22 @@ func pgxscan[T any](ctx context.Context, pool *pgxpool.Pool, dst *[]T, sql strin
 	}
 	*dst, err = pgx.CollectRows(rows, pgx.RowTo[T])
 	return err
+}
+
+// queueWithRows returns a fresh store with one queue "q", and its pool, after
+// running stmts on it (the rows and statistics a plan test needs).
+func queueWithRows(t *testing.T, stmts ...string) (*storage.Store, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	store := testenv.NewStore(t)
+	if _, err := store.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	pool := store.Pool()
+	for _, stmt := range stmts {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store, pool
 }
