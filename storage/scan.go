@@ -40,19 +40,20 @@ func endedFields(e *endedTask) []any {
 	return append(taskFields(&e.Task), &e.WFEffects)
 }
 
-// rowByPosition is pgx.RowToStructByName[T] without its reflection on every row,
-// for the rows of the statements that return tasks: a row whose columns are names,
-// in order, is scanned straight into fields; any other row goes by name. On the
-// claim and ack of batched workers the reflection was a tenth of serve's CPU.
-func rowByPosition[T any](names []string, fields func(*T) []any) pgx.RowToFunc[T] {
-	return func(row pgx.CollectableRow) (T, error) {
-		if !columnsAre(row.FieldDescriptions(), names) {
-			return pgx.RowToStructByName[T](row)
-		}
+// collectByPosition is pgx.CollectRows with pgx.RowToStructByName[T], without its
+// reflection on every row, for the statements that return tasks: when the result's
+// columns are names, in order (decided once, from its row description), each row is
+// scanned straight into fields; any other result goes by name. On the claim and
+// ack of batched workers the reflection was a tenth of serve's CPU.
+func collectByPosition[T any](rows pgx.Rows, names []string, fields func(*T) []any) ([]T, error) {
+	if !columnsAre(rows.FieldDescriptions(), names) {
+		return pgx.CollectRows(rows, pgx.RowToStructByName[T])
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) {
 		var v T
 		err := row.Scan(fields(&v)...)
 		return v, err
-	}
+	})
 }
 
 func columnsAre(fds []pgconn.FieldDescription, names []string) bool {

@@ -212,7 +212,7 @@ func isForeignKeyViolation(err error) bool {
 
 // collectTasks reads task rows, opening sealed payloads, results and errors.
 func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
-	tasks, err := pgx.CollectRows(rows, rowByPosition(taskColumnNames, taskFields))
+	tasks, err := collectByPosition(rows, taskColumnNames, taskFields)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ type endedTask struct {
 // collectEnded reads the rows of a statement that ends tasks (ackTasks), with each
 // task's Effects.
 func (s *Store) collectEnded(rows pgx.Rows) ([]Task, error) {
-	ended, err := pgx.CollectRows(rows, rowByPosition(endedColumnNames, endedFields))
+	ended, err := collectByPosition(rows, endedColumnNames, endedFields)
 	if err != nil {
 		return nil, err
 	}
