@@ -75,7 +75,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 		if _, err := enqueueBatches(ctx, s.api, name, warm, cmpAny(sp.warmPayload, sp.payload)); err != nil {
 			return res, fmt.Errorf("enqueue warm-up: %w", err)
 		}
-		err := s.waitCount(ctx, "warm-up", countTerminal, []any{name}, warm, stallTimeout, workers, func(n int) {
+		err := s.waitTerminal(ctx, "warm-up", name, warm, workers, func(n int) {
 			r.prog.update(false, "%s: warm-up %d/%d", label, n, warm)
 		})
 		if err != nil {
@@ -118,7 +118,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 		return res, err
 	}
 	started := time.Now()
-	err = s.waitCount(ctx, "drain", countTerminal, []any{name}, warm+sp.tasks, stallTimeout, workers, func(n int) {
+	err = s.waitTerminal(ctx, "drain", name, warm+sp.tasks, workers, func(n int) {
 		done := n - warm
 		r.prog.update(false, "%s: %d/%d tasks, %.0f/s", label, done, sp.tasks, float64(done)/time.Since(started).Seconds())
 	})
@@ -135,6 +135,9 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 		}
 	}
 	res.CPU = split(before, after, runtime.NumCPU())
+	if err := s.checkTerminal(ctx, name); err != nil {
+		return res, err
+	}
 
 	if err := s.pool.QueryRow(ctx, drainWindow, ids).Scan(&res.Done, &res.FirstStart, &res.LastFinish); err != nil {
 		return res, fmt.Errorf("read the attempts: %w", err)

@@ -281,6 +281,31 @@ func (s *step) waitCount(ctx context.Context, what, query string, args []any, wa
 	}
 }
 
+// waitTerminal waits until queue holds want tasks in a final state, polling the
+// cheap tally count (countTerminalTally). checkTerminal then checks that count
+// against the table's own, outside the measured window.
+func (s *step) waitTerminal(ctx context.Context, what, queue string, want int, watch []*proc, onCount func(int)) error {
+	return s.waitCount(ctx, what, countTerminalTally, []any{queue}, want, stallTimeout, watch, onCount)
+}
+
+// checkTerminal fails unless the tally's count of queue's finished tasks is the
+// table's (countTerminal).
+func (s *step) checkTerminal(ctx context.Context, queue string) error {
+	var tallied, counted int
+	qctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := s.pool.QueryRow(qctx, countTerminalTally, queue).Scan(&tallied); err != nil {
+		return fmt.Errorf("count finished tasks: %w", err)
+	}
+	if err := s.pool.QueryRow(qctx, countTerminal, queue).Scan(&counted); err != nil {
+		return fmt.Errorf("count finished tasks: %w", err)
+	}
+	if counted != tallied {
+		return fmt.Errorf("the tally counts %d finished tasks of %s, the table %d", tallied, queue, counted)
+	}
+	return nil
+}
+
 // close stops the step's processes and removes its database and Redis keys.
 func (s *step) close() {
 	s.stopWorkers(s.workers)

@@ -55,7 +55,7 @@ func (r *runner) latency(ctx context.Context, run int) (res LatencyResult, err e
 			return res, err
 		}
 		warm = len(ids)
-		if err := s.waitCount(ctx, "warm-up", countTerminal, []any{name}, warm, stallTimeout, workers, nil); err != nil {
+		if err := s.waitTerminal(ctx, "warm-up", name, warm, workers, nil); err != nil {
 			return res, err
 		}
 	}
@@ -68,7 +68,7 @@ func (r *runner) latency(ctx context.Context, run int) (res LatencyResult, err e
 		return res, err
 	}
 	res.Tasks, res.AchievedRate, res.Enqueue = len(ids), achieved, distOf(rtts)
-	if err := s.waitCount(ctx, "tasks", countTerminal, []any{name}, warm+len(ids), stallTimeout, workers, nil); err != nil {
+	if err := s.waitTerminal(ctx, "tasks", name, warm+len(ids), workers, nil); err != nil {
 		return res, err
 	}
 	after, err := s.cpu()
@@ -76,6 +76,9 @@ func (r *runner) latency(ctx context.Context, run int) (res LatencyResult, err e
 		return res, err
 	}
 	res.CPU = split(before, after, runtime.NumCPU())
+	if err := s.checkTerminal(ctx, name); err != nil {
+		return res, err
+	}
 
 	rows, err := s.pool.Query(ctx, receiptLatencies, ids)
 	if err != nil {
