@@ -71,32 +71,52 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 }
 
+// BenchmarkDispatch moves a backlog's due tasks to the buffer in passes of the
+// dispatcher's default batch (500), from a backlog of one priority and from one
+// spread over all ten. Besides tasks/s it reports pg-cpu-µs/task, as
+// BenchmarkClaimAckBatch does (run nothing else meanwhile).
 func BenchmarkDispatch(b *testing.B) {
-	s := newStore(b)
-	ctx := context.Background()
-	const batch = 100
-	for done := 0; done < 20000; done += 1000 {
-		if _, err := s.Enqueue(ctx, "q", newTasks(1000), nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ResetTimer()
-	moved := 0
-	for b.Loop() {
-		got, err := s.DispatchDue(ctx, "q", batch, 1e13)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(got) == 0 {
-			b.StopTimer()
-			if _, err := s.Enqueue(ctx, "q", newTasks(1000), nil); err != nil {
-				b.Fatal(err)
+	for _, levels := range []int{1, 10} {
+		b.Run(fmt.Sprintf("priorities=%d", levels), func(b *testing.B) {
+			s := newStore(b)
+			ctx := context.Background()
+			const batch = 500
+			refill := func() {
+				for done := 0; done < 20000; done += 1000 {
+					tasks := newTasks(1000)
+					for i := range tasks {
+						tasks[i].Priority = 1 + i%levels
+					}
+					if _, err := s.Enqueue(ctx, "q", tasks, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-			b.StartTimer()
-		}
-		moved += len(got)
+			refill()
+			var refillCPU time.Duration
+			b.ResetTimer()
+			startCPU := postgresCPU(b)
+			moved := 0
+			for b.Loop() {
+				got, err := s.DispatchDue(ctx, "q", batch, 1e13)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(got) == 0 {
+					b.StopTimer()
+					before := postgresCPU(b)
+					refill()
+					refillCPU += postgresCPU(b) - before
+					b.StartTimer()
+				}
+				moved += len(got)
+			}
+			b.StopTimer()
+			workCPU := postgresCPU(b) - startCPU - refillCPU
+			b.ReportMetric(float64(moved)/b.Elapsed().Seconds(), "tasks/s")
+			b.ReportMetric(float64(workCPU.Microseconds())/float64(max(moved, 1)), "pg-cpu-µs/task")
+		})
 	}
-	b.ReportMetric(float64(moved)/b.Elapsed().Seconds(), "tasks/s")
 }
 
 // benchClaimAck claims size tasks per statement and acks each.
