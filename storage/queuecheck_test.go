@@ -139,24 +139,32 @@ func TestQueueDeleteAndTaskInsertSerialise(t *testing.T) {
 		}
 	})
 
-	t.Run("the insert waits for the delete", func(t *testing.T) {
-		if _, err := pool.Exec(ctx, `INSERT INTO queues (name) VALUES ('second')`); err != nil {
+	// insertDuringDelete creates queue, deletes it in a transaction left open, and
+	// starts an insert of a task into it, which must wait for that transaction.
+	insertDuringDelete := func(t *testing.T, queue string) (pgx.Tx, <-chan error) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `INSERT INTO queues (name) VALUES ($1)`, queue); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `DELETE FROM queues WHERE name = 'second'`); err != nil {
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := tx.Exec(ctx, `DELETE FROM queues WHERE name = $1`, queue); err != nil {
 			t.Fatal(err)
 		}
 		inserted := make(chan error, 1)
 		go func() {
-			_, err := pool.Exec(ctx, insertTask, uuid.New(), "second")
+			_, err := pool.Exec(ctx, insertTask, uuid.New(), queue)
 			inserted <- err
 		}()
 		waitUntilBlocked(t, pool, "INSERT INTO tasks")
+		return tx, inserted
+	}
+
+	t.Run("the insert waits for the delete", func(t *testing.T) {
+		tx, inserted := insertDuringDelete(t, "second")
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -167,24 +175,8 @@ func TestQueueDeleteAndTaskInsertSerialise(t *testing.T) {
 	})
 
 	t.Run("an insert goes on when the delete rolls back", func(t *testing.T) {
-		if _, err := pool.Exec(ctx, `INSERT INTO queues (name) VALUES ('third')`); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `DELETE FROM queues WHERE name = 'third'`); err != nil {
-			t.Fatal(err)
-		}
-		inserted := make(chan error, 1)
-		go func() {
-			_, err := pool.Exec(ctx, insertTask, uuid.New(), "third")
-			inserted <- err
-		}()
-		waitUntilBlocked(t, pool, "INSERT INTO tasks")
-		if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		tx, inserted := insertDuringDelete(t, "third")
+		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-inserted; err != nil {
