@@ -351,6 +351,9 @@ func testEditSettings(t *testing.T, e *env) {
 		s.Must(http.StatusOK, "GET", "/queues/imports", nil).JSON(t, &q)
 		return q.RateLimit != nil && *q.RateLimit == 25 && q.RateBurst != nil && *q.RateBurst == 5 && q.MaxRetries == 7
 	})
+	// The page has taken the save's answer (the API can be seen to change first).
+	page.waitJS(`document.getElementById('settings-state').textContent === 'Saved values shown' &&
+		!document.getElementById('save-settings').disabled`, "the page to take the save's answer")
 	page.enter("#s-max_retries", "500")
 	page.click("#save-settings")
 	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")

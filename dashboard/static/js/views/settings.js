@@ -20,6 +20,7 @@ const fields = [
 export function settings() {
   let name = '';
   let dirty = false;
+  let edits = 0; // input events so far: a save's answer keeps what was typed after it was sent
   let base = {}; // the values the form was filled with: PATCH sends only changes
   const queue = queueSelect([], '', { id: 's-queue' });
   const inputs = {};
@@ -27,7 +28,7 @@ export function settings() {
     const input = h('input', { id: 's-' + f.name, name: f.name, type: 'number', step: f.step || '1', min: f.min, max: f.max, inputmode: f.int ? 'numeric' : 'decimal' });
     if (f.optional) input.placeholder = f.placeholder || (f.name === 'rate_burst' ? 'default' : 'unlimited');
     else input.required = true;
-    input.addEventListener('input', () => { dirty = true; status(); });
+    input.addEventListener('input', () => { dirty = true; edits++; status(); });
     inputs[f.name] = input;
     return field(f.label, input, f.hint);
   });
@@ -60,13 +61,15 @@ export function settings() {
   pause.addEventListener('click', () => togglePause());
   form.addEventListener('submit', (e) => { e.preventDefault(); saveChanges(); });
 
-  function fill(qs) {
+  // fill shows qs's settings in the form and bases the next PATCH on them; with
+  // keepInputs, only the base changes (the user typed after the save was sent).
+  function fill(qs, keepInputs = false) {
     if (!qs) return;
     base = {};
     for (const f of fields) {
       const v = qs[f.name];
       base[f.name] = v === undefined ? undefined : v;
-      inputs[f.name].value = v === null || v === undefined ? '' : String(v);
+      if (!keepInputs) inputs[f.name].value = v === null || v === undefined ? '' : String(v);
       // A server without this setting does not get it.
       inputs[f.name].closest('.field').hidden = !(f.name in qs);
     }
@@ -102,11 +105,12 @@ export function settings() {
       toast('Nothing changed.');
       return;
     }
+    const sent = edits;
     await busy(save, async () => {
       try {
         const qs = await api('PATCH', `/queues/${q(name)}`, patch);
-        dirty = false;
-        fill(qs);
+        dirty = edits !== sent;
+        fill(qs, dirty);
         status();
         toast(`Saved ${Object.keys(patch).join(', ')} of ${name}; every replica applies them within a second.`);
       } catch (err) {
