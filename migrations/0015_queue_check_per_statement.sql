@@ -25,24 +25,23 @@
 -- schema: it sees the same error for a missing queue, and the same cascade.
 ALTER TABLE tasks DROP CONSTRAINT tasks_queue_fkey;
 
-CREATE FUNCTION tasks_queue_missing(missing text) RETURNS void LANGUAGE plpgsql AS $$
+-- hold_task_queue holds queue named against deletion until the transaction ends
+-- (KEY SHARE, the foreign key's lock), or fails as the foreign key did when there is
+-- no such queue.
+CREATE FUNCTION hold_task_queue(named text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'insert or update on table "tasks" violates foreign key constraint "tasks_queue_fkey"'
-        USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'tasks_queue_fkey', TABLE = 'tasks',
-              SCHEMA = current_schema(), COLUMN = 'queue',
-              DETAIL = format('Key (queue)=(%s) is not present in table "queues".', missing);
+    PERFORM 1 FROM queues WHERE name = named FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'insert or update on table "tasks" violates foreign key constraint "tasks_queue_fkey"'
+            USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'tasks_queue_fkey', TABLE = 'tasks',
+                  SCHEMA = current_schema(), COLUMN = 'queue',
+                  DETAIL = format('Key (queue)=(%s) is not present in table "queues".', named);
+    END IF;
 END $$;
 
 CREATE FUNCTION tasks_check_queues() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    named text;
 BEGIN
-    FOR named IN SELECT DISTINCT queue FROM tasks_new ORDER BY queue LOOP
-        PERFORM 1 FROM queues WHERE name = named FOR KEY SHARE;
-        IF NOT FOUND THEN
-            PERFORM tasks_queue_missing(named);
-        END IF;
-    END LOOP;
+    PERFORM hold_task_queue(n.queue) FROM (SELECT DISTINCT queue FROM tasks_new ORDER BY queue) n;
     RETURN NULL;
 END $$;
 
@@ -52,10 +51,7 @@ CREATE TRIGGER tasks_check_queues AFTER INSERT ON tasks
 
 CREATE FUNCTION tasks_check_moved_queue() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM queues WHERE name = NEW.queue FOR KEY SHARE;
-    IF NOT FOUND THEN
-        PERFORM tasks_queue_missing(NEW.queue);
-    END IF;
+    PERFORM hold_task_queue(NEW.queue);
     RETURN NULL;
 END $$;
 
