@@ -130,7 +130,7 @@ func (s *Server) enqueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out, err := s.insert(c, queue, []storage.NewTask{t})
+	out, err := s.insert(c, queue, []storage.NewTask{t}, false)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -165,12 +165,13 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		}
 		tasks[i] = t
 	}
-	out, err := s.insert(c, queue, tasks)
+	minimal := minimalAnswer(c)
+	out, err := s.insert(c, queue, tasks, minimal)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	if minimalAnswer(c) {
+	if minimal {
 		refs := make([]wire.TaskRef, len(out))
 		for i, e := range out {
 			refs[i] = wire.TaskRef{ID: e.Task.ID.String()}
@@ -186,9 +187,14 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 }
 
 // insert enqueues tasks through the lifecycle, under a span that joins the
-// producer's trace (the request's traceparent header).
-func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
-	return s.lc.Enqueue(telemetry.FromHeader(c, c.GetHeader("traceparent")), queue, tasks)
+// producer's trace (the request's traceparent header). With refs, only the ids of
+// the tasks created are sure to be filled in (lifecycle.EnqueueRefs).
+func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask, refs bool) ([]storage.Enqueued, error) {
+	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
+	if refs {
+		return s.lc.EnqueueRefs(ctx, queue, tasks)
+	}
+	return s.lc.Enqueue(ctx, queue, tasks)
 }
 
 func (s *Server) getTask(c *gin.Context) {

@@ -123,3 +123,68 @@ func TestEnqueueWithoutKeysIsOneStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestEnqueueRefsStoreTheWholeTask: an enqueue that reads back only the tasks'
+// refs (EnqueueOptions.Refs) stores every field a whole one does, returns the refs
+// as stored, and returns a task matched by its idempotency key whole. The optional
+// columns go as NULL arrays when no task of the batch sets them, and per task when
+// some do; either way each task gets its own value or the queue's default.
+func TestEnqueueRefsStoreTheWholeTask(t *testing.T) {
+	ctx := context.Background()
+	store := newStore(t) // queue "q", 3 retries
+	later := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	zero, thirty, key := 0, 30, "k"
+	traceparent := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	plain := storage.NewTask{ID: uuid.New(), Payload: json.RawMessage(`{"n":1}`), Priority: 5}
+	mixed := []storage.NewTask{
+		{ID: uuid.New(), Payload: json.RawMessage(`{"n":2}`), Priority: 2, MaxRetries: &zero, TimeoutSeconds: &thirty},
+		{ID: uuid.New(), Payload: json.RawMessage(`{"n":3}`), Priority: 7, ScheduledAt: &later},
+		{ID: uuid.New(), Payload: json.RawMessage(`{"n":4}`), Priority: 5, IdempotencyKey: &key, Fingerprint: []byte("fp")},
+	}
+	opts := storage.EnqueueOptions{Traceparent: &traceparent, Buffered: true, Refs: true}
+	var out []storage.Enqueued
+	for _, batch := range [][]storage.NewTask{{plain}, mixed} {
+		got, err := store.EnqueueWith(ctx, "q", batch, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, got...)
+	}
+	type want struct {
+		status     string
+		maxRetries int
+		timeout    *int
+		scheduled  *time.Time
+		key        *string
+	}
+	wants := []want{
+		{storage.StatusBuffered, 3, nil, nil, nil},
+		{storage.StatusBuffered, 0, &thirty, nil, nil},
+		{storage.StatusPending, 3, nil, &later, nil},
+		{storage.StatusBuffered, 3, nil, nil, &key},
+	}
+	for i, e := range out {
+		stored, _, err := store.GetTask(ctx, "q", e.Task.ID)
+		if err != nil {
+			t.Fatalf("task %d: %v", i, err)
+		}
+		w := wants[i]
+		ref := e.Task
+		if !e.Created || ref.Queue != "q" || ref.Status != stored.Status || ref.Priority != stored.Priority ||
+			!ref.ScheduledAt.Equal(stored.ScheduledAt) || ref.Traceparent == nil || *ref.Traceparent != traceparent {
+			t.Errorf("task %d: ref %+v does not match the stored task %+v", i, ref, stored)
+		}
+		if stored.Status != w.status || stored.MaxRetries != w.maxRetries ||
+			(stored.TimeoutSeconds == nil) != (w.timeout == nil) || (w.timeout != nil && *stored.TimeoutSeconds != *w.timeout) ||
+			(w.scheduled != nil && !stored.ScheduledAt.Equal(*w.scheduled)) ||
+			(stored.IdempotencyKey == nil) != (w.key == nil) || stored.Traceparent == nil || *stored.Traceparent != traceparent {
+			t.Errorf("task %d stored as %+v, want %+v", i, stored, w)
+		}
+	}
+	repeat := mixed[2]
+	repeat.ID = uuid.New() // another request with the same key
+	again, err := store.EnqueueWith(ctx, "q", []storage.NewTask{repeat}, opts)
+	if err != nil || again[0].Created || again[0].Task.ID != mixed[2].ID || string(again[0].Task.Payload) != `{"n": 4}` {
+		t.Errorf("the same key again: %+v %v, want the earlier task whole, not created", again, err)
+	}
+}

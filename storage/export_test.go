@@ -1,7 +1,7 @@
 package storage
 
 // EnqueueTasks is the enqueue's statement, for the plan tests.
-const EnqueueTasks = enqueueTasks
+var EnqueueTasks = enqueueTasks
 
 // ByIDStatements are the statements that take tasks by id, for the plan tests.
 var ByIDStatements = map[string]string{

@@ -239,7 +239,7 @@ func (s *Store) FireDueSchedule(ctx context.Context, plan PlanFunc, skip []strin
 		tick = tick.UTC()
 		nt := NewTask{ID: id, Payload: sch.Payload, Priority: sch.Priority, ScheduledAt: &tick,
 			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds, IdempotencyKey: &key, Fingerprint: fp[:]}
-		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, nil, &sch.Name, false)
+		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, EnqueueOptions{}, &sch.Name)
 		lastTask, lastRun := sch.LastTaskID, sch.LastRunAt
 		switch {
 		case errors.Is(err, ErrIdempotencyConflict):
@@ -292,7 +292,7 @@ func (s *Store) TriggerSchedule(ctx context.Context, name string) (Schedule, Tas
 		}
 		nt := NewTask{ID: id, Payload: sch.Payload, Priority: sch.Priority,
 			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds}
-		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, nil, &sch.Name, false)
+		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, EnqueueOptions{}, &sch.Name)
 		if err != nil {
 			return err
 		}

@@ -24,15 +24,22 @@ import (
 // statement's NOTIFY tells the dispatchers, and with Config.WakeOnEnqueue, this
 // replica's dispatcher is also told directly.
 func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
+	return l.enqueue(ctx, queue, tasks, false)
+}
+
+// EnqueueRefs is Enqueue for callers that answer with the tasks' ids: of each task
+// created it returns only what storage.EnqueueOptions.Refs says.
+func (l *Lifecycle) EnqueueRefs(ctx context.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
+	return l.enqueue(ctx, queue, tasks, true)
+}
+
+func (l *Lifecycle) enqueue(ctx context.Context, queue string, tasks []storage.NewTask, refs bool) ([]storage.Enqueued, error) {
 	ctx, span := l.tel.StartSpan(ctx, "taskforge.enqueue",
 		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
 	defer span.End()
 	limits, direct := l.bufferDirectly(ctx, queue, tasks)
-	enqueue := l.store.Enqueue
-	if direct {
-		enqueue = l.store.EnqueueBuffered
-	}
-	out, err := enqueue(ctx, queue, tasks, telemetry.Traceparent(ctx))
+	out, err := l.store.EnqueueWith(ctx, queue, tasks,
+		storage.EnqueueOptions{Traceparent: telemetry.Traceparent(ctx), Buffered: direct, Refs: refs})
 	if err != nil {
 		span.RecordError(err)
 		return nil, fmt.Errorf("enqueue %d tasks in queue %s: %w", len(tasks), queue, err)
