@@ -84,7 +84,7 @@ var (
 )
 
 // taskRefColumns are what an enqueue must know of the tasks it inserted to mirror
-// them into the buffer (taskRefFields scans them).
+// them into the buffer (scanTaskRefs reads them).
 const taskRefColumns = `id, status, priority, scheduled_at`
 
 func enqueueStatement(returning string) string {

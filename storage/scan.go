@@ -35,11 +35,6 @@ func taskFields(t *Task) []any {
 		&t.WorkflowID, &t.Step}
 }
 
-// taskRefFields are t's fields in the order of taskRefColumns.
-func taskRefFields(t *Task) []any {
-	return []any{&t.ID, &t.Status, &t.Priority, &t.ScheduledAt}
-}
-
 // endedFields are e's fields in the order of endedColumnNames.
 func endedFields(e *endedTask) []any {
 	return append(taskFields(&e.Task), &e.WFEffects)
