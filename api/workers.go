@@ -444,7 +444,11 @@ func (s *Server) ackItems(workerID string, acks []wire.AckItem) ([]storage.AckIt
 // acked, or, when it timed out, nobody knows. withTasks puts each done task in its
 // result.
 func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem, withTasks bool) ([]wire.AckResult, error) {
-	outcomes, err := s.lc.AckMany(ctx, workerID, items)
+	ack := s.lc.AckManyRefs
+	if withTasks {
+		ack = s.lc.AckMany
+	}
+	outcomes, err := ack(ctx, workerID, items)
 	if err != nil {
 		return nil, err
 	}

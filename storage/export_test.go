@@ -10,6 +10,7 @@ var ByIDStatements = map[string]string{
 	"heartbeat batch": heartbeatTasks,
 	"ack":             ackTasks,
 	"ack plain":       ackPlainTasks,
+	"ack plain refs":  ackPlainTaskRefs,
 	"nack":            nackTask,
 	"release":         releaseTask,
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // TestHotPathStatementsCountThemselves: with the tally triggers of tasks and
-// attempts switched off, an enqueue, a claim and a plain ack sent through the hot
-// pool still leave exact counts (the statements append their own deltas), while the
+// attempts switched off, an enqueue, a claim and the plain acks (whole and by ref)
+// sent through the hot pool still leave exact counts (the statements append their own deltas), while the
 // same enqueue through the main pool, where the statements leave counting to the
 // triggers, leaves the counts short: each change is counted by one of the two.
 func TestHotPathStatementsCountThemselves(t *testing.T) {
@@ -42,6 +42,10 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 	if _, err := s.Ack(ctx, "w", claimed[0].ID, *claimed[0].LeaseToken, json.RawMessage(`1`)); err != nil {
 		t.Fatal(err)
 	}
+	item := storage.AckItem{TaskID: claimed[1].ID, LeaseToken: *claimed[1].LeaseToken, WorkerID: "w"}
+	if acked, err := s.AckPlainRefs(ctx, []storage.AckItem{item}); err != nil || len(acked) != 1 {
+		t.Fatalf("acked %d of 1 by its ref: %v", len(acked), err)
+	}
 	if drift, err := s.TallyDrift(ctx, "q"); err != nil || len(drift) > 0 {
 		t.Fatalf("counts after the hot path drift from count(*): %v %v", drift, err)
 	}
@@ -49,7 +53,7 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Depth[storage.StatusDone] != 1 || st.Depth["executing"] != 2 || st.ThroughputPerSec == 0 {
+	if st.Depth[storage.StatusDone] != 2 || st.Depth["executing"] != 1 || st.ThroughputPerSec == 0 {
 		t.Fatalf("stats after the hot path: %+v", st)
 	}
 
@@ -91,4 +95,51 @@ func TestPlainLeaseTokens(t *testing.T) {
 	}
 	ack(t, s, steps[0])
 	wantStatuses(t, s, w.ID, map[string]string{"workflow": "running", "a": "done", "b": "pending"})
+}
+
+// TestAckPlainRefs: the ack that reads back refs marks the task done and its
+// attempt succeeded as the whole one does, returns the refs as stored, and acks
+// nothing for a stale token or a second ack of the same task.
+func TestAckPlainRefs(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	traceparent := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	enq, err := s.EnqueueWith(ctx, "q", newTasks(2), storage.EnqueueOptions{Buffered: true, Traceparent: &traceparent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimTasks(ctx, []uuid.UUID{enq[0].Task.ID, enq[1].Task.ID}, "w", time.Minute)
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claimed %d of 2: %v", len(claimed), err)
+	}
+	items := []storage.AckItem{
+		{TaskID: claimed[0].ID, LeaseToken: *claimed[0].LeaseToken, WorkerID: "w", Result: json.RawMessage(`{"ok":true}`)},
+		{TaskID: claimed[1].ID, LeaseToken: uuid.New(), WorkerID: "w"},
+	}
+	acked, err := s.AckPlainRefs(ctx, items)
+	if err != nil || len(acked) != 1 {
+		t.Fatalf("acked %d, want only the task whose lease is held: %v", len(acked), err)
+	}
+	ref := acked[claimed[0].ID]
+	stored, attempts, err := s.GetTask(ctx, "q", claimed[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status != storage.StatusDone || string(stored.Result) != `{"ok": true}` || len(attempts) != 1 ||
+		attempts[0].Status != "succeeded" || attempts[0].FinishedAt == nil {
+		t.Fatalf("after the ack by ref: %+v, attempts %+v", stored, attempts)
+	}
+	if ref.ID != stored.ID || ref.Queue != "q" || ref.Status != storage.StatusDone || ref.Attempts != 1 ||
+		ref.LeaseToken == nil || *ref.LeaseToken != *claimed[0].LeaseToken || ref.AttemptStartedAt == nil ||
+		!ref.AttemptStartedAt.Equal(*stored.AttemptStartedAt) || !ref.UpdatedAt.Equal(stored.UpdatedAt) ||
+		ref.FinishedAt == nil || !ref.FinishedAt.Equal(*stored.FinishedAt) ||
+		ref.Traceparent == nil || *ref.Traceparent != traceparent {
+		t.Errorf("ref %+v does not match the stored task %+v", ref, stored)
+	}
+	if again, err := s.AckPlainRefs(ctx, items[:1]); err != nil || len(again) != 0 {
+		t.Errorf("a second ack of a done task acked %d: %v", len(again), err)
+	}
+	if other, _, err := s.GetTask(ctx, "q", claimed[1].ID); err != nil || other.Status != storage.StatusExecuting {
+		t.Errorf("the task acked with a stale token is %s (%v), want still executing", other.Status, err)
+	}
 }

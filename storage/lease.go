@@ -172,7 +172,7 @@ type AckItem struct {
 // by id. An item whose lease is not held changes nothing and has no entry. It acks
 // any task; AckPlainMany is cheaper for tasks outside a workflow.
 func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
-	return s.ack(ctx, s.pool, ackTasks, items)
+	return s.ack(ctx, s.pool, ackTasks, items, s.collectEnded)
 }
 
 // AckPlainMany is AckMany for tasks outside a workflow, on the hot pool: an item
@@ -180,7 +180,25 @@ func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Tas
 // it the items whose lease tokens PlainLeaseToken accepts; a token it accepts is
 // never a workflow step's.
 func (s *Store) AckPlainMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
-	return s.ack(ctx, s.hot, ackPlainTasks, items)
+	return s.ack(ctx, s.hot, ackPlainTasks, items, s.collectEnded)
+}
+
+// AckPlainRefs is AckPlainMany for callers that answer without the tasks: of each
+// task acked it returns only its ID, Queue, Status, Attempts, LeaseToken,
+// AttemptStartedAt, Traceparent, UpdatedAt and FinishedAt, the other fields left
+// zero.
+func (s *Store) AckPlainRefs(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
+	return s.ack(ctx, s.hot, ackPlainTaskRefs, items, scanAckRefs)
+}
+
+// scanAckRefs reads the rows of ackPlainTaskRefs (ackRefColumns).
+func scanAckRefs(rows pgx.Rows) ([]Task, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Task, error) {
+		var t Task
+		err := row.Scan(&t.ID, &t.Queue, &t.Status, &t.Attempts, &t.LeaseToken, &t.AttemptStartedAt,
+			&t.Traceparent, &t.UpdatedAt, &t.FinishedAt)
+		return t, err
+	})
 }
 
 // PlainLeaseToken reports whether token is the lease token of a claim of a task
@@ -189,7 +207,10 @@ func (s *Store) AckPlainMany(ctx context.Context, items []AckItem) (map[uuid.UUI
 // AckPlainMany.
 func PlainLeaseToken(token uuid.UUID) bool { return token.Version() == 8 }
 
-func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem) (map[uuid.UUID]Task, error) {
+// ack runs stmt, one of the ack statements, over items and reads its rows with
+// collect.
+func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem,
+	collect func(pgx.Rows) ([]Task, error)) (map[uuid.UUID]Task, error) {
 	ids := make([]uuid.UUID, len(items))
 	tokens := make([]uuid.UUID, len(items))
 	workers := make([]string, len(items))
@@ -209,7 +230,7 @@ func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
-	acked, err := s.collectEnded(rows)
+	acked, err := collect(rows)
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}

@@ -43,7 +43,21 @@ func (l *Lifecycle) Ack(ctx context.Context, item storage.AckItem) (storage.Task
 // item goes whole to the statement that acks any task, so that one commit still
 // answers all of a caller's items.
 func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
-	commit := l.acks
+	return l.ackMany(ctx, workerID, items, l.acks)
+}
+
+// AckManyRefs is AckMany for callers that answer without the tasks (a poll's acks,
+// a batch's with the minimal answer): the Task of an outcome holds only what
+// storage.Store.AckPlainRefs returns, unless an item is a workflow step's. Such
+// calls share commits with each other, not with AckMany's.
+func (l *Lifecycle) AckManyRefs(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
+	return l.ackMany(ctx, workerID, items, l.ackRefs)
+}
+
+// ackMany acks items through commit, or through stepAcks when any is a workflow
+// step's.
+func (l *Lifecycle) ackMany(ctx context.Context, workerID string, items []storage.AckItem,
+	commit *groupCommit[storage.AckItem, ackOutcome]) ([]AckOutcome, error) {
 	for _, it := range items {
 		if !storage.PlainLeaseToken(it.LeaseToken) {
 			commit = l.stepAcks

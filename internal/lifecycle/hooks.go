@@ -1,6 +1,10 @@
 package lifecycle
 
-import "context"
+import (
+	"context"
+
+	"github.com/taskforge/taskforge/storage"
+)
 
 // The functions below exist for tests (api/export_test.go) that need to watch or
 // steer a transition between its steps; production code never calls them.
@@ -15,10 +19,11 @@ type CommitHooks struct {
 }
 
 // SetAckCommitHooks installs h on l's group commits of acks (of tasks outside a
-// workflow, and of any task).
+// workflow, with or without the tasks in the answer, and of any task).
 func SetAckCommitHooks(l *Lifecycle, h CommitHooks) {
-	l.acks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
-	l.stepAcks.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+	for _, c := range []*groupCommit[storage.AckItem, ackOutcome]{l.acks, l.ackRefs, l.stepAcks} {
+		c.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+	}
 }
 
 // SetClaimCommitHooks installs h on l's group commit of claims.

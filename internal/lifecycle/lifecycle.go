@@ -72,9 +72,11 @@ type Lifecycle struct {
 	log    *slog.Logger
 	tel    *telemetry.Telemetry
 	limits *ratelimit.Settings
-	// acks commits acks of tasks outside a workflow (storage.AckPlainMany);
+	// acks commits acks of tasks outside a workflow (storage.AckPlainMany), and
+	// ackRefs those whose callers answer without the tasks (storage.AckPlainRefs);
 	// stepAcks any other ack (storage.AckMany), which also unblocks dependent steps.
 	acks     *groupCommit[storage.AckItem, ackOutcome]
+	ackRefs  *groupCommit[storage.AckItem, ackOutcome]
 	stepAcks *groupCommit[storage.AckItem, ackOutcome]
 	claims   *groupCommit[claimRequest, []storage.Task]
 	ended    *endHub
@@ -96,6 +98,7 @@ func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *
 		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
 	l.announcer = newAnnouncer(buf.PublishDone, log)
 	l.acks = newAckCommit("ack", store.AckPlainMany, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	l.ackRefs = newAckCommit("ack", store.AckPlainRefs, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.stepAcks = newAckCommit("ack_step", store.AckMany, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	return l
