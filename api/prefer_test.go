@@ -13,8 +13,8 @@ import (
 // batch ack leave out the done tasks, says so in Preference-Applied, and changes
 // nothing else: the tasks are stored, the acks committed, a stale token refused.
 // With another preference (return=representation) the answers carry the task
-// objects, and nothing says a preference was applied. Tasks enqueued either way go
-// to the buffer by their priority.
+// objects, and nothing says a preference was applied; nor does an error answer.
+// Tasks enqueued either way go to the buffer by their priority.
 func TestMinimalAnswers(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
@@ -42,6 +42,11 @@ func TestMinimalAnswers(t *testing.T) {
 		if got := s.Task("q", id); string(got.Payload) != []string{"1", "2", "3"}[i] {
 			t.Fatalf("task %d (%s) holds %s", i, id, got.Payload)
 		}
+	}
+	missing := testserver.Do(t, s.URL, "POST", "/queues/nope/tasks/batch", batch, minimal)
+	if missing.Status != http.StatusNotFound || missing.Header.Get("Preference-Applied") != "" {
+		t.Fatalf("minimal batch into a missing queue: %d, Preference-Applied %q, want 404 saying nothing applied",
+			missing.Status, missing.Header.Get("Preference-Applied"))
 	}
 	full := testserver.Do(t, s.URL, "POST", "/queues/q/tasks/batch", batch, http.Header{"Prefer": {"return=representation"}})
 	var tasks struct {

@@ -165,13 +165,14 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		}
 		tasks[i] = t
 	}
-	minimal := minimalAnswer(c)
+	minimal := prefersMinimal(c)
 	out, err := s.insert(c, queue, tasks, minimal)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
 	if minimal {
+		minimalApplied(c)
 		refs := make([]wire.TaskRef, len(out))
 		for i, e := range out {
 			refs[i] = wire.TaskRef{ID: e.Task.ID.String()}

@@ -412,10 +412,14 @@ func (s *Server) ackBatch(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	results, err := s.commitAcks(c, req.WorkerID, items, !minimalAnswer(c))
+	minimal := prefersMinimal(c)
+	results, err := s.commitAcks(c, req.WorkerID, items, !minimal)
 	if err != nil {
 		s.fail(c, err)
 		return
+	}
+	if minimal {
+		minimalApplied(c)
 	}
 	c.JSON(http.StatusOK, wire.AckBatchResponse{Results: results})
 }

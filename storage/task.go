@@ -183,8 +183,9 @@ func (s *Store) insertTasks(ctx context.Context, q querier, queue string, tasks 
 
 // scanTaskRefs hands each row of rows (taskRefColumns of tasks in queue, inserted
 // with traceparent) to place as a Task holding what the columns say. A row goes
-// into a few locals, not a Task: copying a thousand whole Task values about was
-// most of the time spent reading a bulk load's answer.
+// into a few locals, not a Task collected into a slice: copying whole Task values
+// (about 400 bytes each) through a slice and a map cost a fifth of serve's CPU per
+// preloaded task.
 func scanTaskRefs(rows pgx.Rows, queue string, traceparent *string, place func(Task) error) error {
 	defer rows.Close()
 	var (
