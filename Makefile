@@ -103,12 +103,21 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
 
 # River and Asynq on E1, E2, latency and enqueue round trips (internal/bench/peers, a module
 # of its own so that TaskForge never depends on them), against the same local
-# PostgreSQL and Redis; run it beside bench-e2e and compare as ratios.
-PEERS_JSON  ?= bin/peers-results.json
-PEERS_FLAGS ?=
+# PostgreSQL and Redis. bench-compare runs both sides round after round and prints
+# TaskForge / best-peer ratios; bench-peers runs the peers alone.
+PEERS_JSON    ?= bin/peers-results.json
+PEERS_FLAGS   ?=
+COMPARE_JSON  ?= bin/compare-results.json
+COMPARE_FLAGS ?=
 
-.PHONY: bench-peers
+.PHONY: bench-peers bench-compare peers
 
-bench-peers: ## River and Asynq on TaskForge's workloads; table on stdout, figures in $(PEERS_JSON)
+peers: ## Build the River/Asynq peers program into bin/peers
 	mkdir -p bin
-	cd internal/bench/peers && $(GO) run . --json $(CURDIR)/$(PEERS_JSON) $(PEERS_FLAGS)
+	cd internal/bench/peers && $(GO) build -o $(CURDIR)/bin/peers .
+
+bench-peers: peers ## River and Asynq on TaskForge's workloads; table on stdout, figures in $(PEERS_JSON)
+	./bin/peers --json $(PEERS_JSON) $(PEERS_FLAGS)
+
+bench-compare: build peers ## TaskForge against River and Asynq, 3 rounds (~10 min); ratios on stdout, figures in $(COMPARE_JSON)
+	./$(BIN) bench compare --peers bin/peers --json $(COMPARE_JSON) $(COMPARE_FLAGS)

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +36,7 @@ prefix, and prints a table (and with --json, writes every figure as JSON).
   e1       5,000 no-op tasks enqueued first, drained by each worker layout
   e2       1,000 × 50 ms sleeps, throughput and parallel efficiency
   latency  100 tasks/s for 10 s to idle long-polling workers, receipt p50/p95/p99
+  enqueue  1,000 enqueues of one producer, back to back: each round trip
   e5       every task fails once, then succeeds: checks every history
   e6       workers SIGKILLed holding tasks: lease expiry → re-delivery, under the
            server's default leases (30 s) and short ones (2 s)
@@ -97,7 +100,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 				return err
 			}
 			if jsonOut != "" {
-				if err := writeReport(jsonOut, report); err != nil {
+				if err := writeJSONFile(jsonOut, report.WriteJSON); err != nil {
 					return errors.Join(runErr, err)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "results written to %s\n", jsonOut)
@@ -118,7 +121,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.StringVar(&cfg.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL; each step uses a fresh key prefix ($REDIS_URL)")
 	fs.StringVar(&experiments, "experiments", strings.Join(bench.DefaultExperiments, ","),
 		"experiments to run, comma-separated, among "+strings.Join(bench.AllExperiments, ", "))
-	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2 and latency (the table shows medians)")
+	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2, latency and enqueue (the table shows medians)")
 	fs.IntVar(&cfg.CheckRuns, "check-runs", 1, "repetitions of e5 and e6")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random choice (e6's kill moments)")
 	fs.IntVar(&cfg.E1.Tasks, "e1-tasks", 5000, "e1: tasks per step")
@@ -132,6 +135,8 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.DurationVar(&cfg.Latency.Duration, "latency-duration", 10*time.Second, "latency: measured stream length")
 	fs.DurationVar(&cfg.Latency.Warmup, "latency-warmup", time.Second, "latency: excluded warm-up stream (-1s: none)")
 	fs.StringVar(&latLayout, "latency-layout", "4x1", "latency: worker layout")
+	fs.IntVar(&cfg.Enqueue.Tasks, "enqueue-tasks", 1000, "enqueue: requests measured")
+	fs.IntVar(&cfg.Enqueue.Warmup, "enqueue-warmup", 100, "enqueue: excluded requests sent first (-1: none)")
 	fs.IntVar(&cfg.E5.Tasks, "e5-tasks", 1000, "e5: tasks per step")
 	fs.StringVar(&e5Layouts, "e5-layouts", "8x1", "e5: worker layouts")
 	fs.DurationVar(&cfg.E5.BackoffBase, "e5-backoff", 10*time.Millisecond, "e5: the queue's retry backoff base")
@@ -150,7 +155,82 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line on stderr")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
-	cmd.AddCommand(benchServeProfiledCommand())
+	cmd.AddCommand(benchServeProfiledCommand(), benchCompareCommand())
+	return cmd
+}
+
+// benchCompareCommand is `taskforge bench compare`: TaskForge against River and
+// Asynq (the peers program of internal/bench/peers), round after round, as ratios.
+func benchCompareCommand() *cobra.Command {
+	var (
+		cc               bench.CompareConfig
+		jsonOut, workers string
+		quiet            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "compare --peers PROGRAM",
+		Short: "Run the same workloads on TaskForge and on River and Asynq, and print TaskForge / best-peer ratios",
+		Long: `Run TaskForge's workloads and the same ones on River and Asynq, the in-process
+Go queues TaskForge is compared with, round after round on the same PostgreSQL
+and Redis, and print each figure as TaskForge / best peer, with its target.
+
+The peers run in a program of their own (internal/bench/peers, a module apart so
+that TaskForge never depends on them); build it first, or use ` + "`make bench-compare`" + `.
+TaskForge's workers are plain HTTP loops written from the API reference: "plain"
+polls one task and acks it alone, "batched" polls up to --batch tasks and acks
+them in one request. Each round runs E1 (no-op tasks enqueued first, then
+drained) at each --workers count, its preload, E2 (50 ms tasks, 16 workers),
+latency (enqueue → worker at 100 tasks/s, 16 idle workers) and one producer's
+enqueues back to back. TaskForge runs first in odd rounds, the peers first in
+even ones; a ratio is the median of the rounds' ratios, each taken between
+figures measured minutes apart.
+Exit status 1 when a round failed; a missed target is not a failure.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cc.Peers == "" {
+				return usagef("--peers is required: build internal/bench/peers (make bench-compare does)")
+			}
+			for _, w := range splitList(workers) {
+				n, err := strconv.Atoi(w)
+				if err != nil || n < 1 {
+					return usagef("--workers: %q is not a positive count", w)
+				}
+				cc.Workers = append(cc.Workers, n)
+			}
+			if !quiet {
+				cc.Progress = cmd.ErrOrStderr()
+			}
+			res, runErr := bench.Compare(cmd.Context(), cc)
+			if res == nil {
+				return usageError(runErr)
+			}
+			if err := res.WriteTable(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				if err := writeJSONFile(jsonOut, res.WriteJSON); err != nil {
+					return errors.Join(runErr, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "results written to %s\n", jsonOut)
+			}
+			return runErr
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&cc.Peers, "peers", "", "the built peers program (internal/bench/peers)")
+	fs.StringVar(&jsonOut, "json", "", "write both sides' figures and the ratios to this JSON file")
+	fs.StringVar(&cc.Bench.DatabaseURL, "database-url", envOr("DATABASE_URL", bench.DefaultDatabaseURL),
+		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL)")
+	fs.StringVar(&cc.Bench.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL ($REDIS_URL)")
+	fs.IntVar(&cc.Rounds, "rounds", 3, "rounds of both sides; ratios are medians over them")
+	fs.StringVar(&workers, "workers", "1,16,100", "E1 worker counts")
+	fs.IntVar(&cc.Batch, "batch", 50, "tasks a batched TaskForge worker polls for and acks at once")
+	fs.IntVar(&cc.Tasks, "tasks", 10000, "tasks per E1 drain and preload")
+	fs.IntVar(&cc.SleepTasks, "e2-tasks", 1000, "tasks per E2 drain")
+	fs.IntVar(&cc.LatencyTasks, "latency-tasks", 1000, "tasks of the latency stream (100 a second)")
+	fs.IntVar(&cc.EnqueueTasks, "enqueue-tasks", 1000, "enqueues timed back to back")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	return cmd
 }
 
@@ -186,12 +266,13 @@ func splitList(s string) []string {
 	return out
 }
 
-func writeReport(path string, r *bench.Report) error {
+// writeJSONFile creates path and fills it with write.
+func writeJSONFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := r.WriteJSON(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}

@@ -46,9 +46,10 @@ func TestSmoke(t *testing.T) {
 		DatabaseURL: testenv.PostgresURL(t),
 		RedisURL:    "redis://" + testenv.RedisAddr(t),
 		Runs:        1,
-		Experiments: []string{ExpNoop, ExpLatency, ExpRetry, ExpRecovery},
+		Experiments: []string{ExpNoop, ExpLatency, ExpEnqueue, ExpRetry, ExpRecovery},
 		E1:          DrainConfig{Tasks: 200, Warmup: 20, Layouts: []Layout{{Procs: 2, Concurrency: 1, Prefetch: -1}}},
 		Latency:     LatencyConfig{Rate: 50, Duration: 2 * time.Second, Warmup: -1, Layout: Layout{Procs: 2, Concurrency: 1, Prefetch: 0}},
+		Enqueue:     EnqueueConfig{Tasks: 60, Warmup: 5},
 		E5:          RetryConfig{DrainConfig: DrainConfig{Tasks: 40, Warmup: -1, Layouts: []Layout{{Procs: 2, Concurrency: 1, Prefetch: 0}}}},
 		E6: RecoveryConfig{Variants: []LeaseVariant{{Name: "short", LeaseTimeout: time.Second,
 			HeartbeatInterval: 250 * time.Millisecond, WatchdogInterval: 500 * time.Millisecond}},
@@ -85,9 +86,9 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("layouts do not round-trip: %v", got)
 	}
 
-	if len(back.E1) != 1 || len(back.Latency) != 1 || len(back.E5) != 1 || len(back.E6) != 1 {
-		t.Fatalf("want one result per experiment, got e1 %d, latency %d, e5 %d, e6 %d",
-			len(back.E1), len(back.Latency), len(back.E5), len(back.E6))
+	if len(back.E1) != 1 || len(back.Latency) != 1 || len(back.Enqueue) != 1 || len(back.E5) != 1 || len(back.E6) != 1 {
+		t.Fatalf("want one result per experiment, got e1 %d, latency %d, enqueue %d, e5 %d, e6 %d",
+			len(back.E1), len(back.Latency), len(back.Enqueue), len(back.E5), len(back.E6))
 	}
 	e1 := back.E1[0]
 	if e1.Error != "" || e1.Tasks != 200 || e1.Done != 200 || e1.Throughput <= 0 || e1.Seconds <= 0 ||
@@ -107,6 +108,12 @@ func TestSmoke(t *testing.T) {
 	if lat.Finish.P50 < lat.Receipt.P50 {
 		t.Errorf("tasks finished (p50 %.2f ms) before they were received (p50 %.2f ms)", lat.Finish.P50, lat.Receipt.P50)
 	}
+
+	enq := back.Enqueue[0]
+	if enq.Error != "" || enq.Tasks != 60 || enq.CPU.Seconds[cpuServe] <= 0 {
+		t.Errorf("implausible enqueue result: %+v", enq)
+	}
+	checkDist(t, "enqueue round trip", enq.RTT, 60)
 
 	e5 := back.E5[0]
 	if e5.Error != "" || e5.HistoriesOK != 40 || e5.Throughput <= 0 {
@@ -137,7 +144,7 @@ func TestSmoke(t *testing.T) {
 	if err := report.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"e1", "2x1", "Latency", "E5", "E6", "CPU seconds"} {
+	for _, want := range []string{"e1", "2x1", "Latency", "Enqueue", "E5", "E6", "CPU seconds"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -272,6 +279,9 @@ func checkNothingLeft(t *testing.T, bin string, cfg Config, r Report) {
 	}
 	for _, l := range r.Latency {
 		steps = append(steps, l.Step)
+	}
+	for _, e := range r.Enqueue {
+		steps = append(steps, e.Step)
 	}
 	for _, d := range r.E5 {
 		steps = append(steps, d.Step)

@@ -17,17 +17,18 @@ const (
 	ExpNoop     = "e1"      // drain no-op tasks
 	ExpSleep    = "e2"      // drain 50 ms sleeps
 	ExpLatency  = "latency" // enqueue → worker receipt at a steady rate
+	ExpEnqueue  = "enqueue" // one producer's enqueues, back to back
 	ExpRetry    = "e5"      // every task fails once, then succeeds
 	ExpRecovery = "e6"      // workers SIGKILLed while holding tasks
 	ExpScale    = "scale"   // costs as queues and rows grow
 )
 
 // AllExperiments lists every experiment in the order Run runs them.
-var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery, ExpScale}
+var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpEnqueue, ExpRetry, ExpRecovery, ExpScale}
 
 // DefaultExperiments are the experiments run when none are named: all but scale,
 // whose default sizes (10,000 queues, 10 million rows) take many minutes.
-var DefaultExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpRetry, ExpRecovery}
+var DefaultExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpEnqueue, ExpRetry, ExpRecovery}
 
 // Local servers used when the configuration names none.
 const (
@@ -184,6 +185,16 @@ type LatencyConfig struct {
 	Layout Layout `json:"layout"`
 }
 
+// EnqueueConfig sizes the enqueue experiment.
+type EnqueueConfig struct {
+	// Tasks measured: one request each, the next sent when the answer arrived.
+	// Defaults to 1000.
+	Tasks int `json:"tasks"`
+	// Warmup requests sent first and excluded (serve has just started, and its
+	// connections are opened on first use). Defaults to 100; negative means none.
+	Warmup int `json:"warmup"`
+}
+
 // RetryConfig sizes E5.
 type RetryConfig struct {
 	DrainConfig
@@ -262,7 +273,7 @@ type Config struct {
 	// Seed drives every random choice of the harness (E6's kill moments).
 	// Defaults to 1.
 	Seed uint64 `json:"seed"`
-	// Runs repeats E1, E2 and latency; the report gives their medians. Defaults to 3.
+	// Runs repeats E1, E2, latency and enqueue; the report gives their medians. Defaults to 3.
 	Runs int `json:"runs"`
 	// CheckRuns repeats E5 and E6. Defaults to 1.
 	CheckRuns int `json:"check_runs"`
@@ -273,6 +284,7 @@ type Config struct {
 	E2      DrainConfig    `json:"e2"`
 	SleepMs int            `json:"e2_sleep_ms"` // E2's task duration; defaults to 50
 	Latency LatencyConfig  `json:"latency"`
+	Enqueue EnqueueConfig  `json:"enqueue"`
 	E5      RetryConfig    `json:"e5"`
 	E6      RecoveryConfig `json:"e6"`
 	Scale   ScaleConfig    `json:"scale"`
@@ -314,6 +326,8 @@ func (c Config) WithDefaults() Config {
 	c.Latency.Duration = cmp.Or(c.Latency.Duration, 10*time.Second)
 	c.Latency.Warmup = cmp.Or(c.Latency.Warmup, time.Second)
 	c.Latency.Layout = cmp.Or(c.Latency.Layout, Layout{Procs: 4, Concurrency: 1, Prefetch: 0})
+	c.Enqueue.Tasks = cmp.Or(c.Enqueue.Tasks, 1000)
+	c.Enqueue.Warmup = cmp.Or(c.Enqueue.Warmup, 100)
 	c.E5.Tasks = cmp.Or(c.E5.Tasks, 1000)
 	c.E5.Warmup = cmp.Or(c.E5.Warmup, 50)
 	if len(c.E5.Layouts) == 0 {
@@ -354,6 +368,9 @@ func (c Config) Validate() error {
 		if d.Tasks < 1 {
 			errs = append(errs, fmt.Errorf("%s: tasks must be at least 1", name))
 		}
+	}
+	if c.Enqueue.Tasks < 1 {
+		errs = append(errs, errors.New("enqueue: tasks must be at least 1"))
 	}
 	if c.SleepMs < 1 {
 		errs = append(errs, errors.New("e2: sleep must be at least 1 ms"))

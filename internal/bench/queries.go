@@ -23,6 +23,9 @@ const countTerminalTally = `SELECT coalesce(sum(c.n), 0)::bigint FROM (
 	WHERE queue = $1 AND bucket = '-infinity' AND metric IN ('done', 'dead', 'cancelled')
 ) c`
 
+// countQueueTasks counts a queue's tasks, whatever their status.
+const countQueueTasks = `SELECT count(*) FROM tasks WHERE queue = $1`
+
 // countExecuting counts a queue's tasks that a worker holds.
 const countExecuting = `SELECT count(*) FROM tasks WHERE queue = $1 AND status = 'executing'`
 

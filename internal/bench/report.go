@@ -26,6 +26,7 @@ type Report struct {
 	E1      []DrainResult    `json:"e1,omitempty"`
 	E2      []DrainResult    `json:"e2,omitempty"`
 	Latency []LatencyResult  `json:"latency,omitempty"`
+	Enqueue []EnqueueResult  `json:"enqueue,omitempty"`
 	E5      []RetryResult    `json:"e5,omitempty"`
 	E6      []RecoveryResult `json:"e6,omitempty"`
 
@@ -137,6 +138,16 @@ type LatencyResult struct {
 	// Enqueue is the HTTP round trip of each enqueue, on the harness's clock.
 	Enqueue Dist     `json:"enqueue_rtt"`
 	CPU     CPUSplit `json:"cpu"`
+}
+
+// EnqueueResult is one enqueue step: Tasks requests of one producer, each sent
+// when the one before was answered, into a queue no worker polls.
+type EnqueueResult struct {
+	Step
+	Tasks int `json:"tasks"`
+	// RTT is each request's round trip, on the harness's clock.
+	RTT Dist     `json:"rtt"`
+	CPU CPUSplit `json:"cpu"`
 }
 
 // RetryResult is one E5 step: every task fails once (the `fail` handler with
@@ -297,6 +308,12 @@ func (r *Report) computeMedians() {
 			add(ExpLatency, cfg, "p99_ms", l.Receipt.P99)
 		}
 	}
+	for _, e := range r.Enqueue {
+		if e.Error == "" {
+			add(ExpEnqueue, "1 producer", "rtt_p50_ms", e.RTT.P50)
+			add(ExpEnqueue, "1 producer", "rtt_p95_ms", e.RTT.P95)
+		}
+	}
 	for _, e := range r.E5 {
 		if e.Error == "" {
 			add(ExpRetry, e.Layout.String(), "throughput", e.Throughput)
@@ -389,6 +406,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			p("%d\t%s\t%.0f/s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", l.Run, l.Layout, l.AchievedRate, l.Tasks,
 				l.Receipt.P50, l.Receipt.P95, l.Receipt.P99, l.Receipt.Max, l.Finish.P50, l.Enqueue.P50, l.LoadAvg[0])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Enqueue) > 0 {
+		fmt.Fprintln(w, "\nEnqueue (one producer, one task per request, back to back; round trip on the harness's clock)")
+		p("run\ttasks\tp50 ms\tp95 ms\tp99 ms\tmax ms\tload1\t\n")
+		for _, e := range r.Enqueue {
+			if e.Error != "" {
+				p("%d\tfailed: %s\t\n", e.Run, e.Error)
+				continue
+			}
+			p("%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", e.Run, e.Tasks, e.RTT.P50, e.RTT.P95, e.RTT.P99, e.RTT.Max, e.LoadAvg[0])
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -142,6 +142,10 @@ func (r *runner) runExperiment(ctx context.Context, exp string, run int) error {
 		res, err := r.latency(ctx, run)
 		r.report.Latency = append(r.report.Latency, res)
 		return err
+	case ExpEnqueue:
+		res, err := r.roundTrips(ctx, run)
+		r.report.Enqueue = append(r.report.Enqueue, res)
+		return err
 	case ExpRetry:
 		for _, l := range c.E5.Layouts {
 			res, err := r.retry(ctx, run, l)

@@ -58,6 +58,8 @@ type config struct {
 	workers     []int
 	tasks       int
 	sleepTasks  int
+	latTasks    int
+	rtTasks     int
 	runs        int
 }
 
@@ -72,9 +74,14 @@ func main() {
 	flag.StringVar(&workers, "workers", "1,16,100", "E1 worker counts")
 	flag.IntVar(&cfg.tasks, "tasks", 20000, "tasks per E1 drain and preload")
 	flag.IntVar(&cfg.sleepTasks, "sleep-tasks", 1600, "tasks per E2 drain (50 ms each)")
+	flag.IntVar(&cfg.latTasks, "latency-tasks", 1000, "tasks of each latency stream (100 a second)")
+	flag.IntVar(&cfg.rtTasks, "enqueue-tasks", 1000, "enqueues timed back to back per run")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of each workload; figures are medians")
 	flag.StringVar(&jsonPath, "json", "", "write the results as JSON to this file")
 	flag.Parse()
+	if min(cfg.tasks, cfg.sleepTasks, cfg.latTasks, cfg.rtTasks, cfg.runs) < 1 {
+		log.Fatal("--tasks, --sleep-tasks, --latency-tasks, --enqueue-tasks and --runs must be at least 1")
+	}
 	cfg.systems = strings.Split(systems, ",")
 	cfg.workloads = strings.Split(workloads, ",")
 	for _, w := range strings.Split(workers, ",") {
@@ -167,10 +174,10 @@ func runAll(ctx context.Context, s system, name string, cfg config) ([]Result, e
 		e2 = add(Result{System: name, Workload: "e2", Workers: 16, Tasks: cfg.sleepTasks})
 	}
 	if has("latency") {
-		lat = add(Result{System: name, Workload: "latency", Workers: 16, Tasks: 1000})
+		lat = add(Result{System: name, Workload: "latency", Workers: 16, Tasks: cfg.latTasks})
 	}
 	if has("enqueue") {
-		rt = add(Result{System: name, Workload: "enqueue", Tasks: 1000})
+		rt = add(Result{System: name, Workload: "enqueue", Tasks: cfg.rtTasks})
 	}
 	// Run by run, so that noise spreads over every workload.
 	for run := 1; run <= cfg.runs; run++ {

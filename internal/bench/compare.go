@@ -1,0 +1,494 @@
+package bench
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// PeerReport is what the peers program (internal/bench/peers, a module of its
+// own so that TaskForge never depends on River or Asynq) writes with --json.
+type PeerReport struct {
+	StartedAt time.Time    `json:"started_at"`
+	Machine   string       `json:"machine"`
+	Results   []PeerResult `json:"results"`
+}
+
+// PeerResult is one figure of one peer system in a PeerReport.
+type PeerResult struct {
+	System   string  `json:"system"`            // "river" or "asynq"
+	Workload string  `json:"workload"`          // e1, e1-preload, e2, latency, enqueue
+	Workers  int     `json:"workers,omitempty"` // handlers running at once
+	Tasks    int     `json:"tasks"`
+	Runs     int     `json:"runs"`
+	PerSec   float64 `json:"per_sec,omitempty"` // tasks/s
+	P50Ms    float64 `json:"p50_ms,omitempty"`
+	P95Ms    float64 `json:"p95_ms,omitempty"`
+	P99Ms    float64 `json:"p99_ms,omitempty"`
+}
+
+// CompareConfig is what Compare runs. The two sides run the same workloads at the
+// same sizes: E1 (no-op tasks, enqueued first, then drained) at each worker
+// count, the E1 preload, E2 (50 ms tasks, 16 workers), latency (enqueue → worker
+// at 100 tasks/s, 16 idle workers) and one producer's enqueues back to back.
+// TaskForge's workers are the plain and batched protocol loops (Layout.Protocol).
+type CompareConfig struct {
+	// Bench holds the servers, the taskforge binary and the work directory of
+	// TaskForge's side; Compare sets its experiments, layouts and sizes.
+	Bench Config
+	// Peers is the path of the built peers program.
+	Peers string
+	// Rounds of both sides; the ratios are medians over the rounds. TaskForge
+	// runs first in odd rounds, the peers in even ones. Defaults to 3.
+	Rounds int
+	// Workers are E1's worker counts. Defaults to 1, 16, 100.
+	Workers []int
+	// Batch is how many tasks a batched TaskForge worker polls for (and acks) at
+	// once: the layout <workers>x<Batch>/batched. Defaults to 50.
+	Batch int
+	// Tasks per E1 drain and preload. Defaults to 10,000.
+	Tasks int
+	// SleepTasks per E2 drain. Defaults to 1,000.
+	SleepTasks int
+	// LatencyTasks of the latency stream, sent at 100 a second. Defaults to 1,000.
+	LatencyTasks int
+	// EnqueueTasks timed back to back. Defaults to 1,000.
+	EnqueueTasks int
+	// Progress receives both sides' progress lines; nil shows none.
+	Progress io.Writer
+}
+
+// latencyRate is the latency workloads' enqueue rate, as the peers program has it.
+const latencyRate = 100
+
+// e2Workers is the peers program's E2 worker count.
+const e2Workers = 16
+
+func (c CompareConfig) withDefaults() CompareConfig {
+	c.Rounds = cmp.Or(c.Rounds, 3)
+	if len(c.Workers) == 0 {
+		c.Workers = []int{1, 16, 100}
+	}
+	c.Batch = cmp.Or(c.Batch, 50)
+	c.Tasks = cmp.Or(c.Tasks, 10_000)
+	c.SleepTasks = cmp.Or(c.SleepTasks, 1000)
+	c.LatencyTasks = cmp.Or(c.LatencyTasks, 1000)
+	c.EnqueueTasks = cmp.Or(c.EnqueueTasks, 1000)
+	return c
+}
+
+// plainLayout and batchedLayout are TaskForge's E1 layouts at w workers.
+func plainLayout(w int) Layout { return Layout{Procs: w, Concurrency: 1, Protocol: "plain"} }
+func (c CompareConfig) batchedLayout(w int) Layout {
+	return Layout{Procs: w, Concurrency: c.Batch, Protocol: "batched"}
+}
+
+// benchConfig is TaskForge's side of one round.
+func (c CompareConfig) benchConfig() Config {
+	b := c.Bench
+	b.Runs = 1
+	b.Experiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpEnqueue}
+	b.E1.Tasks = c.Tasks
+	b.E1.Layouts = nil
+	for _, w := range c.Workers {
+		b.E1.Layouts = append(b.E1.Layouts, plainLayout(w), c.batchedLayout(w))
+	}
+	b.E2.Tasks = c.SleepTasks
+	b.E2.Layouts = []Layout{plainLayout(e2Workers)}
+	b.Latency.Layout = plainLayout(16)
+	b.Latency.Rate = latencyRate
+	b.Latency.Duration = time.Duration(c.LatencyTasks) * time.Second / latencyRate
+	b.Enqueue.Tasks = c.EnqueueTasks
+	b.Progress = c.Progress
+	return b
+}
+
+// peerArgs are the peers program's flags for one round, writing to jsonPath.
+func (c CompareConfig) peerArgs(jsonPath string) ([]string, error) {
+	b := c.Bench.WithDefaults()
+	u, err := url.Parse(b.RedisURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("redis URL %q: want redis://host:port", b.RedisURL)
+	}
+	workers := make([]string, len(c.Workers))
+	for i, w := range c.Workers {
+		workers[i] = strconv.Itoa(w)
+	}
+	return []string{
+		"--database-url", b.DatabaseURL, "--redis-addr", u.Host, "--runs", "1",
+		"--workers", strings.Join(workers, ","), "--tasks", strconv.Itoa(c.Tasks),
+		"--sleep-tasks", strconv.Itoa(c.SleepTasks), "--latency-tasks", strconv.Itoa(c.LatencyTasks),
+		"--enqueue-tasks", strconv.Itoa(c.EnqueueTasks), "--json", jsonPath,
+	}, nil
+}
+
+// Round is one round of a comparison: both sides' reports, and which ran first.
+type Round struct {
+	TaskForgeFirst bool        `json:"taskforge_first"`
+	TaskForge      *Report     `json:"taskforge"`
+	Peers          *PeerReport `json:"peers"`
+}
+
+// Comparison is what Compare measured: the rounds, and each figure as ratios.
+type Comparison struct {
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Machine    Machine   `json:"machine"` // as TaskForge's first round described it
+	Rounds     []Round   `json:"rounds"`
+	Ratios     []Ratio   `json:"ratios"`
+}
+
+// Ratio is one figure of both sides, round by round: TaskForge's against the best
+// peer's (or one named peer's) measured in the same round.
+type Ratio struct {
+	Figure string `json:"figure"` // "e1 plain, 16 workers"
+	Unit   string `json:"unit"`   // "tasks/s", "ms", "% of ideal"
+	// LowerIsBetter is set for times: the best peer is then the fastest one.
+	LowerIsBetter bool `json:"lower_is_better"`
+	// Against is "best" or the one peer the target names ("river").
+	Against   string    `json:"against"`
+	TaskForge []float64 `json:"taskforge"`  // per round
+	Peer      []float64 `json:"peer"`       // per round: the best (or named) peer's
+	PeerNames []string  `json:"peer_names"` // per round: which peer that was
+	Ratios    []float64 `json:"ratios"`     // per round: TaskForge / Peer
+	Median    float64   `json:"median"`     // of Ratios
+	// Target is the goal in words ("≥ 1.0× river"); empty when the figure has
+	// none. Met is whether the median reaches it.
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// figure says how to read one Ratio out of a round, and its target.
+type figure struct {
+	name, unit    string
+	lowerIsBetter bool
+	against       string // "" for the best peer
+	taskforge     func(*Report) (float64, bool)
+	peer          func(PeerResult) (float64, bool)
+	// ratioTarget, when set, is the goal for the median ratio; valueTarget,
+	// when set, is a goal for TaskForge's median value instead.
+	ratioTarget, valueTarget float64
+}
+
+// figures are the compared figures and their targets (issue 21's: plain E1 at 1
+// worker level with River and at 16 workers half the best peer; batched E1 at 16
+// and 100 workers level with the best; the preload at 0.8 of it; E2 plain at
+// 95 % of ideal; latency p50 and p95 within 1.3× and 1.5×; one enqueue's round
+// trip within River's).
+func (c CompareConfig) figures() []figure {
+	var fs []figure
+	e1 := func(l Layout) func(*Report) (float64, bool) {
+		return func(r *Report) (float64, bool) {
+			i := slices.IndexFunc(r.E1, func(d DrainResult) bool { return d.Error == "" && d.Layout == l })
+			if i < 0 {
+				return 0, false
+			}
+			return r.E1[i].Throughput, true
+		}
+	}
+	peerE1 := func(w int) func(PeerResult) (float64, bool) {
+		return func(p PeerResult) (float64, bool) { return p.PerSec, p.Workload == "e1" && p.Workers == w }
+	}
+	for _, w := range c.Workers {
+		plain := figure{name: fmt.Sprintf("e1 plain, %d %s", w, plural(w, "worker")), unit: "tasks/s",
+			taskforge: e1(plainLayout(w)), peer: peerE1(w)}
+		switch w {
+		case 1:
+			plain.against, plain.ratioTarget = "river", 1.0
+		case 16:
+			plain.ratioTarget = 0.5
+		}
+		batched := figure{name: fmt.Sprintf("e1 batched (%d per poll), %d %s", c.Batch, w, plural(w, "worker")),
+			unit: "tasks/s", taskforge: e1(c.batchedLayout(w)), peer: peerE1(w)}
+		if w == 16 || w == 100 {
+			batched.ratioTarget = 1.0
+		}
+		fs = append(fs, plain, batched)
+	}
+	fs = append(fs, figure{name: "e1 preload, 1 client", unit: "tasks/s", ratioTarget: 0.8,
+		taskforge: func(r *Report) (float64, bool) {
+			var rates []float64
+			for _, d := range r.E1 {
+				if d.Error == "" && d.PreloadRate > 0 {
+					rates = append(rates, d.PreloadRate)
+				}
+			}
+			return median(rates), len(rates) > 0
+		},
+		peer: func(p PeerResult) (float64, bool) { return p.PerSec, p.Workload == "e1-preload" }})
+	ideal := float64(e2Workers) * 1000 / 50
+	fs = append(fs, figure{name: fmt.Sprintf("e2 plain, %d workers", e2Workers), unit: "% of ideal", valueTarget: 95,
+		taskforge: func(r *Report) (float64, bool) {
+			i := slices.IndexFunc(r.E2, func(d DrainResult) bool { return d.Error == "" && d.Layout == plainLayout(e2Workers) })
+			if i < 0 {
+				return 0, false
+			}
+			return 100 * r.E2[i].Efficiency, true
+		},
+		peer: func(p PeerResult) (float64, bool) { return 100 * p.PerSec / ideal, p.Workload == "e2" }})
+	latency := func(name string, target float64, of func(Dist) float64, peer func(PeerResult) float64) figure {
+		return figure{name: name, unit: "ms", lowerIsBetter: true, ratioTarget: target,
+			taskforge: func(r *Report) (float64, bool) {
+				i := slices.IndexFunc(r.Latency, func(l LatencyResult) bool { return l.Error == "" })
+				if i < 0 {
+					return 0, false
+				}
+				return of(r.Latency[i].Receipt), true
+			},
+			peer: func(p PeerResult) (float64, bool) { return peer(p), p.Workload == "latency" }}
+	}
+	fs = append(fs,
+		latency("enqueue → worker p50, 100/s", 1.3, func(d Dist) float64 { return d.P50 }, func(p PeerResult) float64 { return p.P50Ms }),
+		latency("enqueue → worker p95, 100/s", 1.5, func(d Dist) float64 { return d.P95 }, func(p PeerResult) float64 { return p.P95Ms }),
+		figure{name: "one enqueue's round trip p50", unit: "ms", lowerIsBetter: true, against: "river", ratioTarget: 1.0,
+			taskforge: func(r *Report) (float64, bool) {
+				i := slices.IndexFunc(r.Enqueue, func(e EnqueueResult) bool { return e.Error == "" })
+				if i < 0 {
+					return 0, false
+				}
+				return r.Enqueue[i].RTT.P50, true
+			},
+			peer: func(p PeerResult) (float64, bool) { return p.P50Ms, p.Workload == "enqueue" }})
+	return fs
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// ratios reads every figure out of the rounds. A figure missing from a round on
+// either side (a failed step, a peer not run) leaves that round out of its ratio.
+func ratios(fs []figure, rounds []Round) []Ratio {
+	out := make([]Ratio, 0, len(fs))
+	for _, f := range fs {
+		r := Ratio{Figure: f.name, Unit: f.unit, LowerIsBetter: f.lowerIsBetter, Against: cmp.Or(f.against, "best")}
+		for _, rd := range rounds {
+			if rd.TaskForge == nil || rd.Peers == nil {
+				continue
+			}
+			tf, ok := f.taskforge(rd.TaskForge)
+			if !ok {
+				continue
+			}
+			var best float64
+			name := ""
+			for _, p := range rd.Peers.Results {
+				v, ok := f.peer(p)
+				if !ok || v <= 0 || (f.against != "" && p.System != f.against) {
+					continue
+				}
+				if name == "" || (f.lowerIsBetter && v < best) || (!f.lowerIsBetter && v > best) {
+					best, name = v, p.System
+				}
+			}
+			if name == "" {
+				continue
+			}
+			r.TaskForge = append(r.TaskForge, tf)
+			r.Peer = append(r.Peer, best)
+			r.PeerNames = append(r.PeerNames, name)
+			r.Ratios = append(r.Ratios, tf/best)
+		}
+		if len(r.Ratios) > 0 {
+			r.Median = median(r.Ratios)
+		}
+		sign := "≥"
+		if f.lowerIsBetter {
+			sign = "≤"
+		}
+		switch {
+		case f.ratioTarget > 0:
+			r.Target = fmt.Sprintf("%s %.1f× %s", sign, f.ratioTarget, r.Against)
+			if len(r.Ratios) > 0 {
+				met := r.Median >= f.ratioTarget
+				if f.lowerIsBetter {
+					met = r.Median <= f.ratioTarget
+				}
+				r.Met = &met
+			}
+		case f.valueTarget > 0:
+			r.Target = fmt.Sprintf("%s %g %s", sign, f.valueTarget, f.unit)
+			if len(r.TaskForge) > 0 {
+				v := median(r.TaskForge)
+				met := v >= f.valueTarget
+				if f.lowerIsBetter {
+					met = v <= f.valueTarget
+				}
+				r.Met = &met
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Compare runs TaskForge's workloads (through Run) and the peers program's, round
+// after round on the same servers, and returns both sides' figures with their
+// ratios. A failed round on either side ends the comparison with an error, and
+// the rounds measured until then.
+func Compare(ctx context.Context, cc CompareConfig) (*Comparison, error) {
+	cc = cc.withDefaults()
+	if cc.Peers == "" {
+		return nil, errors.New("compare: the peers program is not given (build internal/bench/peers)")
+	}
+	if cc.Rounds < 1 || cc.Batch < 1 || min(cc.Tasks, cc.SleepTasks, cc.LatencyTasks, cc.EnqueueTasks) < 1 ||
+		slices.Min(cc.Workers) < 1 {
+		return nil, errors.New("compare: rounds, batch, worker counts and task counts must be at least 1")
+	}
+	if err := cc.benchConfig().WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "taskforge-compare-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cmpn := &Comparison{StartedAt: time.Now().UTC()}
+	finish := func(err error) (*Comparison, error) {
+		cmpn.FinishedAt = time.Now().UTC()
+		cmpn.Ratios = ratios(cc.figures(), cmpn.Rounds)
+		return cmpn, err
+	}
+	for i := 1; i <= cc.Rounds; i++ {
+		rd := Round{TaskForgeFirst: i%2 == 1}
+		runTaskForge := func() error {
+			rep, err := Run(ctx, cc.benchConfig())
+			rd.TaskForge = rep
+			if err == nil && len(rep.Problems) > 0 {
+				err = fmt.Errorf("%d check(s) failed: %s", len(rep.Problems), strings.Join(rep.Problems, "; "))
+			}
+			if err != nil {
+				return fmt.Errorf("round %d, TaskForge: %w", i, err)
+			}
+			if cmpn.Machine.Hostname == "" {
+				cmpn.Machine = rep.Machine
+			}
+			return nil
+		}
+		runPeers := func() error {
+			rep, err := cc.runPeers(ctx, filepath.Join(dir, fmt.Sprintf("peers-%d.json", i)))
+			rd.Peers = rep
+			if err != nil {
+				return fmt.Errorf("round %d, peers: %w", i, err)
+			}
+			return nil
+		}
+		first, second := runTaskForge, runPeers
+		if !rd.TaskForgeFirst {
+			first, second = runPeers, runTaskForge
+		}
+		err := first()
+		if err == nil {
+			err = second()
+		}
+		cmpn.Rounds = append(cmpn.Rounds, rd)
+		if err != nil {
+			return finish(err)
+		}
+	}
+	return finish(nil)
+}
+
+// runPeers runs the peers program once and reads the report it writes to jsonPath.
+func (cc CompareConfig) runPeers(ctx context.Context, jsonPath string) (*PeerReport, error) {
+	args, err := cc.peerArgs(jsonPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, cc.Peers, args...)
+	var stderr bytes.Buffer
+	cmd.Stdout = io.Discard // its own table: Compare prints the ratios
+	cmd.Stderr = &stderr
+	if cc.Progress != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, cc.Progress)
+	}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s: %w; it wrote:\n%s", cc.Peers, err, lastLines(stderr.String(), 15))
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return nil, fmt.Errorf("read the peers' report: %w", err)
+	}
+	var rep PeerReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("read the peers' report: %w", err)
+	}
+	return &rep, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// WriteJSON writes the comparison as indented JSON.
+func (c *Comparison) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(c)
+}
+
+// WriteTable writes the ratios as a plain-text table: per figure, the medians of
+// both sides, the median ratio with its range over the rounds, and the target.
+func (c *Comparison) WriteTable(w io.Writer) error {
+	m := c.Machine
+	fmt.Fprintf(w, "TaskForge against River and Asynq, %d %s (TaskForge first in odd rounds); %s, %d cores, %s; %s; Redis %s\n",
+		len(c.Rounds), plural(len(c.Rounds), "round"), m.Hostname, m.Cores, m.GoVersion, firstWords(m.Postgres, 2), m.Redis)
+	var loads []string
+	for _, rd := range c.Rounds {
+		if rd.TaskForge != nil {
+			loads = append(loads, fmt.Sprintf("%.2f", rd.TaskForge.Machine.LoadAvgBefore[0]))
+		}
+	}
+	fmt.Fprintf(w, "load average at each round's TaskForge side: %s\n\n", strings.Join(loads, ", "))
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tunit\tTaskForge\tpeer\tratio (median [min–max])\ttarget\t\n")
+	for _, r := range c.Ratios {
+		if len(r.Ratios) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\tnot measured\t\t\t%s\t\n", r.Figure, r.Unit, r.Target)
+			continue
+		}
+		peer := fmt.Sprintf("%s %s", strings.Join(uniq(r.PeerNames), "/"), number(median(r.Peer)))
+		verdict := r.Target
+		if r.Met != nil {
+			verdict += map[bool]string{true: ": met", false: ": missed"}[*r.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f [%.2f–%.2f]\t%s\t\n", r.Figure, r.Unit, number(median(r.TaskForge)), peer,
+			r.Median, slices.Min(r.Ratios), slices.Max(r.Ratios), verdict)
+	}
+	return tw.Flush()
+}
+
+// number prints a figure with the precision its size deserves.
+func number(v float64) string {
+	if v >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func uniq(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
