@@ -405,6 +405,9 @@ func Compare(ctx context.Context, cc CompareConfig) (*Comparison, error) {
 	return finish(nil)
 }
 
+// peersCleanup bounds how long an interrupted peers program may take to clean up.
+const peersCleanup = 30 * time.Second
+
 // runPeers runs the peers program once and reads the report it writes to jsonPath.
 func (cc CompareConfig) runPeers(ctx context.Context, jsonPath string) (*PeerReport, error) {
 	args, err := cc.peerArgs(jsonPath)
@@ -412,6 +415,10 @@ func (cc CompareConfig) runPeers(ctx context.Context, jsonPath string) (*PeerRep
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, cc.Peers, args...)
+	// Interrupted, it drops River's database and deletes Asynq's keys before it
+	// exits (the default, SIGKILL, would leave them).
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = peersCleanup
 	var stderr bytes.Buffer
 	cmd.Stdout = io.Discard // its own table: Compare prints the ratios
 	cmd.Stderr = &stderr

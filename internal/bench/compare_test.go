@@ -129,6 +129,80 @@ func keys(m map[string]Ratio) []string {
 	return out
 }
 
+// buildPeers builds the peers program (internal/bench/peers, its own module).
+func buildPeers(t *testing.T) string {
+	t.Helper()
+	peers := filepath.Join(t.TempDir(), "peers")
+	build := exec.Command("go", "build", "-o", peers, ".")
+	build.Dir = "peers"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the peers program: %v\n%s", err, out)
+	}
+	return peers
+}
+
+// countRiverDatabases counts the databases the peers program made for River.
+func countRiverDatabases(ctx context.Context, t *testing.T, serverURL string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'peers_river_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCompareInterrupted: a comparison interrupted while the peers run ends with
+// the context's error, and the peers program, told to stop rather than killed,
+// drops River's database first.
+func TestCompareInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds River and Asynq and starts serve and workers; skipped with -short")
+	}
+	bin, peers := buildTaskforge(t), buildPeers(t)
+	dbURL := testenv.PostgresURL(t)
+	cc := CompareConfig{
+		Bench: Config{Binary: bin, DatabaseURL: dbURL, RedisURL: "redis://" + testenv.RedisAddr(t),
+			E1: DrainConfig{Warmup: -1}, E2: DrainConfig{Warmup: -1}, Latency: LatencyConfig{Warmup: -1},
+			Enqueue: EnqueueConfig{Warmup: -1}, WorkDir: t.TempDir()},
+		// River's part (its migrations, then every workload) lasts seconds after
+		// its database appears, which the test sees within 20 ms.
+		Peers: peers, Rounds: 1, Workers: []int{1}, Batch: 4,
+		Tasks: 200, SleepTasks: 16, LatencyTasks: 10, EnqueueTasks: 10,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	runCtx, interrupt := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Compare(runCtx, cc)
+		done <- err
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for countRiverDatabases(ctx, t, dbURL) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("Compare ended before the peers made River's database: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the peers never made River's database")
+		case <-tick.C:
+		}
+	}
+	interrupt()
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), "round 1, peers") {
+		t.Fatalf("Compare after the interrupt: %v, want the peers' round to fail", err)
+	}
+	if n := countRiverDatabases(ctx, t, dbURL); n != 0 {
+		t.Errorf("%d River database(s) left after the interrupt", n)
+	}
+}
+
 // TestCompare builds the peers program (internal/bench/peers, River and Asynq)
 // and compares it with TaskForge at tiny sizes over two rounds against real
 // PostgreSQL and Redis: the rounds alternate which side runs first, every figure
@@ -137,13 +211,7 @@ func TestCompare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds River and Asynq and starts serve and workers; skipped with -short")
 	}
-	bin := buildTaskforge(t)
-	peers := filepath.Join(t.TempDir(), "peers")
-	build := exec.Command("go", "build", "-o", peers, ".")
-	build.Dir = "peers"
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the peers program: %v\n%s", err, out)
-	}
+	bin, peers := buildTaskforge(t), buildPeers(t)
 	cc := CompareConfig{
 		Bench: Config{Binary: bin, DatabaseURL: testenv.PostgresURL(t), RedisURL: "redis://" + testenv.RedisAddr(t),
 			E1: DrainConfig{Warmup: 10}, E2: DrainConfig{Warmup: -1}, Latency: LatencyConfig{Warmup: -1},
@@ -216,14 +284,8 @@ func TestCompare(t *testing.T) {
 	for _, rd := range res.Rounds {
 		checkNothingLeft(t, bin, cc.Bench.WithDefaults(), *rd.TaskForge)
 	}
-	conn, err := pgx.Connect(ctx, cc.Bench.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var left int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'peers_river_%'`).Scan(&left); err != nil || left != 0 {
-		t.Errorf("River's databases left: %d (%v)", left, err)
+	if left := countRiverDatabases(ctx, t, cc.Bench.DatabaseURL); left != 0 {
+		t.Errorf("River's databases left: %d", left)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rdb.Close()

@@ -60,8 +60,9 @@ func newRiver(ctx context.Context, serverURL string) (*riverSys, error) {
 	return s, nil
 }
 
+// fail drops the database, even when ctx ended (an interrupt during the set-up).
 func (s *riverSys) fail(ctx context.Context, err error) error {
-	_ = s.Close(ctx)
+	_ = s.Close(context.WithoutCancel(ctx))
 	return err
 }
 
