@@ -25,19 +25,11 @@ func (r *runner) roundTrips(ctx context.Context, run int) (res EnqueueResult, er
 			res.Error = err.Error()
 		}
 	}()
-	r.prog.update(true, "%s: starting serve", label)
-	s, err := r.newStep(ctx, name, nil, "")
+	s, err := r.newQueueStep(ctx, name, label, &res.Step)
 	if err != nil {
 		return res, err
 	}
 	defer s.close()
-	res.Database, res.RedisPrefix = s.dbName, s.prefix
-	cctx, cancel := context.WithTimeout(ctx, opTimeout)
-	_, err = s.api.CreateQueue(cctx, name, client.QueueSettings{})
-	cancel()
-	if err != nil {
-		return res, err
-	}
 	enqueue := func(i int) (time.Duration, error) {
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()

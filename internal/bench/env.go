@@ -54,6 +54,24 @@ func (r *runner) newStep(ctx context.Context, name string, serveEnv []string, pr
 	return r.newStepWith(ctx, name, serveEnv, profile, nil)
 }
 
+// newQueueStep is newStep (serve with its defaults) with one queue named after
+// the step; it records the step's database and key prefix in st.
+func (r *runner) newQueueStep(ctx context.Context, name, label string, st *Step) (*step, error) {
+	r.prog.update(true, "%s: starting serve", label)
+	s, err := r.newStep(ctx, name, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	st.Database, st.RedisPrefix = s.dbName, s.prefix
+	cctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if _, err := s.api.CreateQueue(cctx, name, client.QueueSettings{}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("create queue %s: %w", name, err)
+	}
+	return s, nil
+}
+
 // newPreparedStep is newStep that, before serve starts, migrates the step's
 // database with the binary's `migrate` command and runs prepare on it (the scale
 // experiment's bulk loads), so that serve starts on the prepared data as it would

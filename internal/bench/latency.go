@@ -30,19 +30,11 @@ func (r *runner) latency(ctx context.Context, run int) (res LatencyResult, err e
 			res.Error = err.Error()
 		}
 	}()
-	r.prog.update(true, "%s: starting serve", label)
-	s, err := r.newStep(ctx, name, nil, "")
+	s, err := r.newQueueStep(ctx, name, label, &res.Step)
 	if err != nil {
 		return res, err
 	}
 	defer s.close()
-	res.Database, res.RedisPrefix = s.dbName, s.prefix
-	cctx, cancel := context.WithTimeout(ctx, opTimeout)
-	_, err = s.api.CreateQueue(cctx, name, client.QueueSettings{})
-	cancel()
-	if err != nil {
-		return res, err
-	}
 	r.prog.update(true, "%s: starting %d worker processes", label, lc.Layout.Procs)
 	workers, _, err := s.startWorkers(ctx, lc.Layout, "noop", "w")
 	if err != nil {
