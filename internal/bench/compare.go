@@ -74,8 +74,11 @@ type CompareConfig struct {
 // latencyRate is the latency workloads' enqueue rate, as the peers program has it.
 const latencyRate = 100
 
-// e2Workers is the peers program's E2 worker count.
-const e2Workers = 16
+// e2Workers and e2SleepMs are the peers program's E2: 16 workers, 50 ms tasks.
+const (
+	e2Workers = 16
+	e2SleepMs = 50
+)
 
 func (c CompareConfig) withDefaults() CompareConfig {
 	c.Rounds = cmp.Or(c.Rounds, 3)
@@ -108,6 +111,7 @@ func (c CompareConfig) benchConfig() Config {
 	}
 	b.E2.Tasks = c.SleepTasks
 	b.E2.Layouts = []Layout{plainLayout(e2Workers)}
+	b.SleepMs = e2SleepMs
 	b.Latency.Layout = plainLayout(16)
 	b.Latency.Rate = latencyRate
 	b.Latency.Duration = time.Duration(c.LatencyTasks) * time.Second / latencyRate
@@ -229,7 +233,7 @@ func (c CompareConfig) figures() []figure {
 			return median(rates), len(rates) > 0
 		},
 		peer: func(p PeerResult) (float64, bool) { return p.PerSec, p.Workload == "e1-preload" }})
-	ideal := float64(e2Workers) * 1000 / 50
+	ideal := float64(e2Workers) * 1000 / e2SleepMs
 	fs = append(fs, figure{name: fmt.Sprintf("e2 plain, %d workers", e2Workers), unit: "% of ideal", valueTarget: 95,
 		taskforge: func(r *Report) (float64, bool) {
 			i := slices.IndexFunc(r.E2, func(d DrainResult) bool { return d.Error == "" && d.Layout == plainLayout(e2Workers) })
