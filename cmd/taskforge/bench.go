@@ -197,12 +197,15 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 				}
 				cc.Workers = append(cc.Workers, n)
 			}
+			if err := cc.Validate(); err != nil {
+				return usageError(err)
+			}
 			if !quiet {
 				cc.Progress = cmd.ErrOrStderr()
 			}
 			res, runErr := bench.Compare(cmd.Context(), cc)
 			if res == nil {
-				return usageError(runErr)
+				return runErr
 			}
 			if err := res.WriteTable(cmd.OutOrStdout()); err != nil {
 				return err

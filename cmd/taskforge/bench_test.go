@@ -22,6 +22,7 @@ func TestBenchCompareUsage(t *testing.T) {
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--workers", "1,0"}, `--workers: "0"`},
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--tasks", "-1"}, "must be at least 1"},
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--rounds", "-2"}, "must be at least 1"},
+		{[]string{"bench", "compare", "--peers", "/nonexistent", "--redis-url", "127.0.0.1:6379"}, "want redis://host:port"},
 	} {
 		root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
 		root.AddCommand(benchCommand())

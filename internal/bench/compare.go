@@ -320,21 +320,12 @@ func ratios(fs []figure, rounds []Round) []Ratio {
 		case f.ratioTarget > 0:
 			r.Target = fmt.Sprintf("%s %.1f× %s", sign, f.ratioTarget, r.Against)
 			if len(r.Ratios) > 0 {
-				met := r.Median >= f.ratioTarget
-				if f.lowerIsBetter {
-					met = r.Median <= f.ratioTarget
-				}
-				r.Met = &met
+				r.Met = reaches(r.Median, f.ratioTarget, f.lowerIsBetter)
 			}
 		case f.valueTarget > 0:
 			r.Target = fmt.Sprintf("%s %g %s", sign, f.valueTarget, f.unit)
 			if len(r.TaskForge) > 0 {
-				v := median(r.TaskForge)
-				met := v >= f.valueTarget
-				if f.lowerIsBetter {
-					met = v <= f.valueTarget
-				}
-				r.Met = &met
+				r.Met = reaches(median(r.TaskForge), f.valueTarget, f.lowerIsBetter)
 			}
 		}
 		out = append(out, r)
@@ -342,22 +333,41 @@ func ratios(fs []figure, rounds []Round) []Ratio {
 	return out
 }
 
+// reaches says whether v meets target: at most it when lower is better, at least
+// it otherwise.
+func reaches(v, target float64, lowerIsBetter bool) *bool {
+	met := v >= target
+	if lowerIsBetter {
+		met = v <= target
+	}
+	return &met
+}
+
+// Validate reports settings Compare cannot use (zero fields take their defaults).
+func (c CompareConfig) Validate() error {
+	c = c.withDefaults()
+	if c.Peers == "" {
+		return errors.New("the peers program is not given (build internal/bench/peers)")
+	}
+	if c.Rounds < 1 || c.Batch < 1 || min(c.Tasks, c.SleepTasks, c.LatencyTasks, c.EnqueueTasks) < 1 ||
+		slices.Min(c.Workers) < 1 {
+		return errors.New("rounds, batch, worker counts and task counts must be at least 1")
+	}
+	if _, err := c.peerArgs(""); err != nil {
+		return err
+	}
+	return c.benchConfig().WithDefaults().Validate()
+}
+
 // Compare runs TaskForge's workloads (through Run) and the peers program's, round
 // after round on the same servers, and returns both sides' figures with their
 // ratios. A failed round on either side ends the comparison with an error, and
 // the rounds measured until then.
 func Compare(ctx context.Context, cc CompareConfig) (*Comparison, error) {
+	if err := cc.Validate(); err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
 	cc = cc.withDefaults()
-	if cc.Peers == "" {
-		return nil, errors.New("compare: the peers program is not given (build internal/bench/peers)")
-	}
-	if cc.Rounds < 1 || cc.Batch < 1 || min(cc.Tasks, cc.SleepTasks, cc.LatencyTasks, cc.EnqueueTasks) < 1 ||
-		slices.Min(cc.Workers) < 1 {
-		return nil, errors.New("compare: rounds, batch, worker counts and task counts must be at least 1")
-	}
-	if err := cc.benchConfig().WithDefaults().Validate(); err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "taskforge-compare-")
 	if err != nil {
 		return nil, err
