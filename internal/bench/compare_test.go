@@ -172,7 +172,10 @@ func TestCompareInterrupted(t *testing.T) {
 		// River's part (its migrations, then every workload) lasts seconds after
 		// its database appears, which the test sees within 20 ms.
 		Peers: peers, Rounds: 1, Workers: []int{1}, Batch: 4,
-		Tasks: 200, SleepTasks: 16, LatencyTasks: 10, EnqueueTasks: 10,
+		// A latency stream of 100 tasks lasts a second: the harness flags a stream
+		// that fell 10 % behind its rate, and a second absorbs a 100 ms stall of a
+		// busy machine where a tenth of one (10 tasks) does not.
+		Tasks: 200, SleepTasks: 16, LatencyTasks: 100, EnqueueTasks: 10,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -217,7 +220,8 @@ func TestCompare(t *testing.T) {
 			E1: DrainConfig{Warmup: 10}, E2: DrainConfig{Warmup: -1}, Latency: LatencyConfig{Warmup: -1},
 			Enqueue: EnqueueConfig{Warmup: 5}, WorkDir: t.TempDir()},
 		Peers: peers, Rounds: 2, Workers: []int{1}, Batch: 4,
-		Tasks: 100, SleepTasks: 32, LatencyTasks: 30, EnqueueTasks: 40,
+		// 100 latency tasks: see TestCompareInterrupted.
+		Tasks: 100, SleepTasks: 32, LatencyTasks: 100, EnqueueTasks: 40,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
