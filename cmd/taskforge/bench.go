@@ -151,6 +151,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.IntVar(&cfg.Scale.Samples, "scale-samples", 20, "scale: stats requests, metrics scrapes and feed refreshes per rows point")
 	fs.DurationVar(&cfg.Scale.ScrapeEvery, "scale-scrape-every", 2500*time.Millisecond, "scale: pause between metrics scrapes in the rows window")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
+	fs.StringArrayVar(&cfg.ServeEnv, "serve-env", nil, serveEnvUsage)
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the processes' logs (default: a temporary one, removed unless a step fails)")
 	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line on stderr")
@@ -158,6 +159,9 @@ Exit status 1 when a step failed or a check did not hold.`,
 	cmd.AddCommand(benchServeProfiledCommand(), benchCompareCommand())
 	return cmd
 }
+
+// serveEnvUsage describes --serve-env, a flag of both bench commands.
+const serveEnvUsage = "a setting KEY=VALUE for every serve process, on top of its defaults (repeatable): --serve-env GOMAXPROCS=1"
 
 // benchCompareCommand is `taskforge bench compare`: TaskForge against River and
 // Asynq (the peers program of internal/bench/peers), round after round, as ratios.
@@ -232,6 +236,7 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 	fs.IntVar(&cc.SleepTasks, "e2-tasks", 1000, "tasks per E2 drain")
 	fs.IntVar(&cc.LatencyTasks, "latency-tasks", 1000, "tasks of the latency stream (100 a second)")
 	fs.IntVar(&cc.EnqueueTasks, "enqueue-tasks", 1000, "enqueues timed back to back")
+	fs.StringArrayVar(&cc.Bench.ServeEnv, "serve-env", nil, serveEnvUsage)
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	return cmd

@@ -23,6 +23,8 @@ func TestBenchCompareUsage(t *testing.T) {
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--tasks", "-1"}, "must be at least 1"},
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--rounds", "-2"}, "must be at least 1"},
 		{[]string{"bench", "compare", "--peers", "/nonexistent", "--redis-url", "127.0.0.1:6379"}, "want redis://host:port"},
+		{[]string{"bench", "compare", "--peers", "/nonexistent", "--serve-env", "TASKFORGE_LISTEN=:9"}, "the harness sets TASKFORGE_LISTEN"},
+		{[]string{"bench", "--serve-env", "GOMAXPROCS"}, `serve env "GOMAXPROCS": want KEY=VALUE`},
 	} {
 		root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
 		root.AddCommand(benchCommand())

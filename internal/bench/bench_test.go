@@ -54,7 +54,10 @@ func TestSmoke(t *testing.T) {
 		E6: RecoveryConfig{Variants: []LeaseVariant{{Name: "short", LeaseTimeout: time.Second,
 			HeartbeatInterval: 250 * time.Millisecond, WatchdogInterval: 500 * time.Millisecond}},
 			Victims: Layout{Procs: 1, Concurrency: 2, Prefetch: 0}, Survivors: Layout{Procs: 1, Concurrency: 2, Prefetch: 0}},
-		WorkDir: t.TempDir(),
+		// Info, which the harness's own warn would hide, shows that the setting
+		// reached serve and won over the harness's default.
+		ServeEnv: []string{"TASKFORGE_LOG_LEVEL=info"},
+		WorkDir:  t.TempDir(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -84,6 +87,18 @@ func TestSmoke(t *testing.T) {
 	}
 	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{Procs: 2, Concurrency: 1, Prefetch: -1}) {
 		t.Errorf("layouts do not round-trip: %v", got)
+	}
+	if !slices.Equal(back.Config.ServeEnv, cfg.ServeEnv) {
+		t.Errorf("serve env does not round-trip: %q", back.Config.ServeEnv)
+	}
+	serveLogs, err := filepath.Glob(filepath.Join(cfg.WorkDir, "*-serve.log"))
+	if err != nil || len(serveLogs) == 0 {
+		t.Fatalf("no serve logs in the work directory (%v)", err)
+	}
+	for _, name := range serveLogs {
+		if b, err := os.ReadFile(name); err != nil || !bytes.Contains(b, []byte("taskforge serving")) {
+			t.Errorf("%s has no info line: serve did not get --serve-env's log level (%v)", filepath.Base(name), err)
+		}
 	}
 
 	if len(back.E1) != 1 || len(back.Latency) != 1 || len(back.Enqueue) != 1 || len(back.E5) != 1 || len(back.E6) != 1 {
@@ -144,7 +159,7 @@ func TestSmoke(t *testing.T) {
 	if err := report.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"e1", "2x1", "Latency", "Enqueue", "E5", "E6", "CPU seconds"} {
+	for _, want := range []string{"e1", "2x1", "Latency", "Enqueue", "E5", "E6", "CPU seconds", "serve ran with TASKFORGE_LOG_LEVEL=info"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -168,7 +183,10 @@ func TestScale(t *testing.T) {
 		Experiments: []string{ExpScale},
 		Scale: ScaleConfig{Queues: []int{50, 1}, Rows: []int{1000}, Settle: 200 * time.Millisecond,
 			IdleWindow: time.Second, LatencySamples: 10, Samples: 3, ScrapeEvery: 100 * time.Millisecond},
-		WorkDir: t.TempDir(),
+		// Info, which the harness's own warn would hide, shows that the setting
+		// reached serve and won over the harness's default.
+		ServeEnv: []string{"TASKFORGE_LOG_LEVEL=info"},
+		WorkDir:  t.TempDir(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -450,9 +468,11 @@ func TestConfigValidate(t *testing.T) {
 	bad.Experiments = []string{"e9"}
 	bad.E6.Survivors = Layout{Procs: 1, Concurrency: 1, Prefetch: 0}
 	bad.Scale.Rows = []int{0}
+	bad.ServeEnv = []string{"GOMAXPROCS=1", "REDIS_URL=redis://elsewhere:6379", "=1", "GOGC"}
 	err := bad.Validate()
 	if err == nil || !strings.Contains(err.Error(), "e9") || !strings.Contains(err.Error(), "survivors") ||
-		!strings.Contains(err.Error(), "row counts") {
+		!strings.Contains(err.Error(), "row counts") || !strings.Contains(err.Error(), `"REDIS_URL=redis://elsewhere:6379"`) ||
+		!strings.Contains(err.Error(), `"=1"`) || !strings.Contains(err.Error(), `"GOGC"`) || strings.Contains(err.Error(), "GOMAXPROCS") {
 		t.Errorf("Validate = %v", err)
 	}
 	if slices.Contains(good.Experiments, ExpScale) {

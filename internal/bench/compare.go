@@ -151,8 +151,11 @@ type Comparison struct {
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 	Machine    Machine   `json:"machine"` // as TaskForge's first round described it
-	Rounds     []Round   `json:"rounds"`
-	Ratios     []Ratio   `json:"ratios"`
+	// ServeEnv are the settings TaskForge's serve processes ran with beyond their
+	// defaults (Config.ServeEnv).
+	ServeEnv []string `json:"serve_env,omitempty"`
+	Rounds   []Round  `json:"rounds"`
+	Ratios   []Ratio  `json:"ratios"`
 }
 
 // Ratio is one figure of both sides, round by round: TaskForge's against the best
@@ -373,7 +376,7 @@ func Compare(ctx context.Context, cc CompareConfig) (*Comparison, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	cmpn := &Comparison{StartedAt: time.Now().UTC()}
+	cmpn := &Comparison{StartedAt: time.Now().UTC(), ServeEnv: cc.Bench.ServeEnv}
 	finish := func(err error) (*Comparison, error) {
 		cmpn.FinishedAt = time.Now().UTC()
 		cmpn.Ratios = ratios(cc.figures(), cmpn.Rounds)
@@ -477,7 +480,11 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 			loads = append(loads, fmt.Sprintf("%.2f", rd.TaskForge.Machine.LoadAvgBefore[0]))
 		}
 	}
-	fmt.Fprintf(w, "load average at each round's TaskForge side: %s\n\n", strings.Join(loads, ", "))
+	fmt.Fprintf(w, "load average at each round's TaskForge side: %s\n", strings.Join(loads, ", "))
+	if len(c.ServeEnv) > 0 {
+		fmt.Fprintf(w, "TaskForge's serve ran with %s\n", strings.Join(c.ServeEnv, " "))
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "figure\tunit\tTaskForge\tpeer\tratio (median [min–max])\ttarget\t\n")
 	for _, r := range c.Ratios {

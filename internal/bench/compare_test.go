@@ -7,6 +7,7 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,7 +219,7 @@ func TestCompare(t *testing.T) {
 	cc := CompareConfig{
 		Bench: Config{Binary: bin, DatabaseURL: testenv.PostgresURL(t), RedisURL: "redis://" + testenv.RedisAddr(t),
 			E1: DrainConfig{Warmup: 10}, E2: DrainConfig{Warmup: -1}, Latency: LatencyConfig{Warmup: -1},
-			Enqueue: EnqueueConfig{Warmup: 5}, WorkDir: t.TempDir()},
+			Enqueue: EnqueueConfig{Warmup: 5}, WorkDir: t.TempDir(), ServeEnv: []string{"GOGC=200"}},
 		Peers: peers, Rounds: 2, Workers: []int{1}, Batch: 4,
 		// 100 latency tasks: see TestCompareInterrupted.
 		Tasks: 100, SleepTasks: 32, LatencyTasks: 100, EnqueueTasks: 40,
@@ -269,7 +270,7 @@ func TestCompare(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range append(wantFigures, "2 rounds", "≥ 1.0× river: ") {
+	for _, want := range append(wantFigures, "2 rounds", "≥ 1.0× river: ", "TaskForge's serve ran with GOGC=200") {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -279,7 +280,8 @@ func TestCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Comparison
-	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back.Ratios) != len(res.Ratios) {
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back.Ratios) != len(res.Ratios) ||
+		!slices.Equal(back.ServeEnv, []string{"GOGC=200"}) {
 		t.Fatalf("comparison JSON does not read back (%v):\n%s", err, buf.String())
 	}
 

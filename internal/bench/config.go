@@ -289,6 +289,11 @@ type Config struct {
 	E6      RecoveryConfig `json:"e6"`
 	Scale   ScaleConfig    `json:"scale"`
 
+	// ServeEnv are settings (KEY=VALUE) every serve process gets on top of its
+	// defaults, to measure one: GOMAXPROCS=1, GOGC=200, TASKFORGE_DISPATCH_INTERVAL=100ms.
+	// A step's own settings (E6's lease variants) win over them; the ones the
+	// harness uses to place each step (reservedServeEnv) are refused.
+	ServeEnv []string `json:"serve_env,omitempty"`
 	// ProfileDir, when set, makes E1's serve processes write a CPU profile of each
 	// measured window there (e1-<layout>-r<run>.pprof).
 	ProfileDir string `json:"profile_dir,omitempty"`
@@ -403,6 +408,7 @@ func (c Config) Validate() error {
 	if c.Scale.Settle < 0 || c.Scale.IdleWindow <= 0 || c.Scale.ScrapeEvery < 0 {
 		errs = append(errs, errors.New("scale: the idle window must be positive, settle and scrape pause not negative"))
 	}
+	errs = append(errs, checkServeEnv(c.ServeEnv)...)
 	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
 		errs = append(errs, errors.New("scale: both curves are skipped"))
 	}
@@ -453,4 +459,24 @@ func ParseCounts(s string) ([]int, error) {
 		return nil, fmt.Errorf("counts %q: give at least one", s)
 	}
 	return out, nil
+}
+
+// reservedServeEnv are the settings by which the harness points each serve at its
+// step's database, key prefix and port; Config.ServeEnv may not set them.
+var reservedServeEnv = []string{"DATABASE_URL", "REDIS_URL", "TASKFORGE_REDIS_PREFIX", "TASKFORGE_LISTEN"}
+
+// checkServeEnv returns an error for each entry of env that is not KEY=VALUE or
+// sets a reserved key.
+func checkServeEnv(env []string) []error {
+	var errs []error
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "" || strings.ContainsAny(k, " \t"):
+			errs = append(errs, fmt.Errorf("serve env %q: want KEY=VALUE", kv))
+		case slices.Contains(reservedServeEnv, k):
+			errs = append(errs, fmt.Errorf("serve env %q: the harness sets %s for each step", kv, k))
+		}
+	}
+	return errs
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -166,14 +167,16 @@ func (s *step) startServe(ctx context.Context, serveEnv []string, profile string
 			return err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		env := childEnv(append([]string{
+		// Later entries win: the harness's defaults, then Config.ServeEnv, then the
+		// step's own settings.
+		env := childEnv(slices.Concat([]string{
 			"DATABASE_URL=" + s.dbURL,
 			"REDIS_URL=" + s.r.cfg.RedisURL,
 			"TASKFORGE_REDIS_PREFIX=" + s.prefix,
 			"TASKFORGE_LISTEN=" + addr,
 			"TASKFORGE_LOG_LEVEL=warn",
 			"TASKFORGE_LOG_FORMAT=text",
-		}, serveEnv...)...)
+		}, s.r.cfg.ServeEnv, serveEnv)...)
 		p, err := s.r.procs.start(s.name+" serve", s.r.cfg.Binary, args, env, filepath.Join(s.r.work, s.name+"-serve.log"))
 		if err != nil {
 			return err

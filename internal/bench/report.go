@@ -368,6 +368,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "load average %.2f %.2f %.2f before, %.2f %.2f %.2f after; seed %d; revision %s\n",
 		m.LoadAvgBefore[0], m.LoadAvgBefore[1], m.LoadAvgBefore[2],
 		m.LoadAvgAfter[0], m.LoadAvgAfter[1], m.LoadAvgAfter[2], r.Config.Seed, m.Revision)
+	if len(r.Config.ServeEnv) > 0 {
+		fmt.Fprintf(w, "serve ran with %s\n", strings.Join(r.Config.ServeEnv, " "))
+	}
 
 	if len(r.E1)+len(r.E2)+len(r.E5) > 0 {
 		fmt.Fprintln(w, "\nDrains (throughput = tasks / (last finish − first start), database clock; median [min–max] over runs)")
