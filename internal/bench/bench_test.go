@@ -183,10 +183,7 @@ func TestScale(t *testing.T) {
 		Experiments: []string{ExpScale},
 		Scale: ScaleConfig{Queues: []int{50, 1}, Rows: []int{1000}, Settle: 200 * time.Millisecond,
 			IdleWindow: time.Second, LatencySamples: 10, Samples: 3, ScrapeEvery: 100 * time.Millisecond},
-		// Info, which the harness's own warn would hide, shows that the setting
-		// reached serve and won over the harness's default.
-		ServeEnv: []string{"TASKFORGE_LOG_LEVEL=info"},
-		WorkDir:  t.TempDir(),
+		WorkDir: t.TempDir(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
