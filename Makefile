@@ -58,8 +58,9 @@ compose-down: ## Stop the compose deployment, keeping its volumes (COMPOSE_DOWN_
 	$(COMPOSE) down $(COMPOSE_DOWN_FLAGS)
 
 # End-to-end benchmarks (internal/bench/, docs/benchmarks.md): `taskforge bench` starts its own
-# serve and reference worker processes against the local PostgreSQL and Redis (or
-# DATABASE_URL / REDIS_URL), each step in a fresh database. About 15 minutes with the
+# serve and reference worker processes against a throwaway PostgreSQL configured as
+# production runs it (autovacuum and fsync on) and a throwaway Redis, or against
+# DATABASE_URL and REDIS_URL when both are set, each step in a fresh database. About 15 minutes with the
 # defaults; BENCH_FLAGS="--runs 1 --experiments e1,latency" for a quick look.
 BENCH_JSON  ?= bin/bench-results.json
 BENCH_FLAGS ?=
@@ -102,8 +103,8 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 10s) each
 	  for t in $(BUFFER_FUZZ); do $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./buffer/; done
 
 # River and Asynq on E1, E2, latency and enqueue round trips (internal/bench/peers, a module
-# of its own so that TaskForge never depends on them), against the same local
-# PostgreSQL and Redis. bench-compare runs both sides round after round and prints
+# of its own so that TaskForge never depends on them), on the same PostgreSQL and
+# Redis (throwaway ones, as for bench-e2e, unless DATABASE_URL and REDIS_URL are set). bench-compare runs both sides round after round and prints
 # TaskForge / best-peer ratios; bench-peers runs the peers alone.
 PEERS_JSON    ?= bin/peers-results.json
 PEERS_FLAGS   ?=

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,8 +31,12 @@ func benchCommand() *cobra.Command {
 		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6, scale) against real PostgreSQL and Redis",
 		Long: `Run TaskForge's end-to-end benchmarks. The harness starts its own serve and
 reference worker processes (this same binary), each step in a fresh database
-created on the --database-url server and dropped after, with a fresh Redis key
+created on the PostgreSQL server and dropped after, with a fresh Redis key
 prefix, and prints a table (and with --json, writes every figure as JSON).
+Unless both --database-url and --redis-url are given, it starts a throwaway
+PostgreSQL cluster configured as production runs it (autovacuum and fsync on,
+shared_buffers 512MB, max_wal_size 4GB) and a throwaway Redis, and removes them
+after; the report records the PostgreSQL settings it ran with.
 
   e1       5,000 no-op tasks enqueued first, drained by each worker layout
   e2       1,000 × 50 ms sleeps, throughput and parallel efficiency
@@ -89,6 +94,11 @@ Exit status 1 when a step failed or a check did not hold.`,
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return usageError(err)
 			}
+			stopServers, err := benchServers(cmd, &cfg.DatabaseURL, &cfg.RedisURL)
+			if err != nil {
+				return err
+			}
+			defer stopServers()
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
@@ -116,9 +126,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON file")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", bench.DefaultDatabaseURL),
-		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL)")
-	fs.StringVar(&cfg.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL; each step uses a fresh key prefix ($REDIS_URL)")
+	benchServerFlags(cmd, &cfg.DatabaseURL, &cfg.RedisURL)
 	fs.StringVar(&experiments, "experiments", strings.Join(bench.DefaultExperiments, ","),
 		"experiments to run, comma-separated, among "+strings.Join(bench.AllExperiments, ", "))
 	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2, latency and enqueue (the table shows medians)")
@@ -156,7 +164,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line on stderr")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
-	cmd.AddCommand(benchServeProfiledCommand(), benchCompareCommand())
+	cmd.AddCommand(benchServeProfiledCommand(), benchCompareCommand(), benchWithServersCommand())
 	return cmd
 }
 
@@ -185,8 +193,9 @@ polls one task and acks it alone, "batched" polls up to --batch tasks and acks
 them in one request. Each round runs E1 (no-op tasks enqueued first, then
 drained) at each --workers count, its preload, E2 (50 ms tasks, 16 workers),
 latency (enqueue → worker at 100 tasks/s, 16 idle workers) and one producer's
-enqueues back to back. TaskForge runs first in odd rounds, the peers first in
-even ones; a ratio is the median of the rounds' ratios, each taken between
+enqueues back to back. Both sides run on one PostgreSQL and one Redis: throwaway
+ones configured as production runs them, unless both URLs are given. TaskForge
+runs first in odd rounds, the peers first in even ones; a ratio is the median of the rounds' ratios, each taken between
 figures measured minutes apart.
 Exit status 1 when a round failed; a missed target is not a failure.`,
 		Args: usageArgs(cobra.NoArgs),
@@ -204,6 +213,11 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 			if err := cc.Validate(); err != nil {
 				return usageError(err)
 			}
+			stopServers, err := benchServers(cmd, &cc.Bench.DatabaseURL, &cc.Bench.RedisURL)
+			if err != nil {
+				return err
+			}
+			defer stopServers()
 			if !quiet {
 				cc.Progress = cmd.ErrOrStderr()
 			}
@@ -226,9 +240,7 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 	fs := cmd.Flags()
 	fs.StringVar(&cc.Peers, "peers", "", "the built peers program (internal/bench/peers)")
 	fs.StringVar(&jsonOut, "json", "", "write both sides' figures and the ratios to this JSON file")
-	fs.StringVar(&cc.Bench.DatabaseURL, "database-url", envOr("DATABASE_URL", bench.DefaultDatabaseURL),
-		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL)")
-	fs.StringVar(&cc.Bench.RedisURL, "redis-url", envOr("REDIS_URL", bench.DefaultRedisURL), "Redis URL ($REDIS_URL)")
+	benchServerFlags(cmd, &cc.Bench.DatabaseURL, &cc.Bench.RedisURL)
 	fs.IntVar(&cc.Rounds, "rounds", 3, "rounds of both sides; ratios are medians over them")
 	fs.StringVar(&workers, "workers", "1,16,100", "E1 worker counts")
 	fs.IntVar(&cc.Batch, "batch", 50, "tasks a batched TaskForge worker polls for and acks at once")
@@ -240,6 +252,78 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	return cmd
+}
+
+// benchServerFlags registers --database-url and --redis-url, whose defaults come from
+// $DATABASE_URL and $REDIS_URL; benchServers reads them.
+func benchServerFlags(cmd *cobra.Command, dbURL, redisURL *string) {
+	cmd.Flags().StringVar(dbURL, "database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL server whose role may CREATE DATABASE; each step uses a fresh database there ($DATABASE_URL; "+
+			"without it and --redis-url, a throwaway production-like cluster)")
+	cmd.Flags().StringVar(redisURL, "redis-url", os.Getenv("REDIS_URL"),
+		"Redis URL; each step uses a fresh key prefix ($REDIS_URL; without it and --database-url, a throwaway server)")
+}
+
+// benchServers returns the servers a bench command measures on: the two given,
+// or, when neither URL is given, a throwaway PostgreSQL cluster with production
+// settings and a throwaway Redis (bench.StartServers), whose URLs it writes into
+// dbURL and redisURL and which stop removes. One URL without the other is a usage
+// error: the two sides of a run must not mix servers.
+func benchServers(cmd *cobra.Command, dbURL, redisURL *string) (stop func(), err error) {
+	switch {
+	case *dbURL != "" && *redisURL != "":
+		return func() {}, nil
+	case *dbURL != "" || *redisURL != "":
+		return nil, usagef("give both --database-url and --redis-url ($DATABASE_URL, $REDIS_URL), or neither for throwaway servers")
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "starting a throwaway PostgreSQL (production settings) and Redis")
+	srv, err := bench.StartServers(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	*dbURL, *redisURL = srv.DatabaseURL, srv.RedisURL
+	return func() {
+		if err := srv.Stop(); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "taskforge: stop the throwaway servers:", err)
+		}
+	}, nil
+}
+
+// benchWithServersCommand is `taskforge bench with-servers -- COMMAND`: a command
+// run against the throwaway servers the benchmarks use.
+func benchWithServersCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "with-servers -- COMMAND [ARG...]",
+		Short: "Run a command against a throwaway production-like PostgreSQL and a throwaway Redis",
+		Long: `Start the servers ` + "`taskforge bench`" + ` measures on (a throwaway PostgreSQL
+cluster with autovacuum and fsync on, shared_buffers 512MB, max_wal_size 4GB,
+max_connections 500, and a throwaway Redis), run COMMAND with DATABASE_URL and
+REDIS_URL naming them, then remove both. Exits with COMMAND's status.`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srv, err := bench.StartServers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if stopErr := srv.Stop(); stopErr != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "taskforge: stop the throwaway servers:", stopErr)
+				}
+			}()
+			fmt.Fprintf(cmd.ErrOrStderr(), "DATABASE_URL=%s REDIS_URL=%s\n", srv.DatabaseURL, srv.RedisURL)
+			c := exec.CommandContext(cmd.Context(), args[0], args[1:]...)
+			c.Env = append(os.Environ(), "DATABASE_URL="+srv.DatabaseURL, "REDIS_URL="+srv.RedisURL)
+			c.Stdin, c.Stdout, c.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+			c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
+			c.WaitDelay = 30 * time.Second
+			err = c.Run()
+			var exit *exec.ExitError
+			if errors.As(err, &exit) && exit.ExitCode() > 0 {
+				return exitError{exit.ExitCode(), fmt.Errorf("%s: %w", args[0], err)}
+			}
+			return err
+		},
+	}
 }
 
 // benchServeProfiledCommand is `taskforge bench serve-profiled`: serve, plus a CPU

@@ -85,6 +85,11 @@ func TestSmoke(t *testing.T) {
 	if back.SchemaVersion != SchemaVersion || back.Machine.Cores < 1 || back.Machine.Postgres == "" || back.Machine.Redis == "" {
 		t.Errorf("machine description incomplete: %+v", back.Machine)
 	}
+	for _, name := range reportedSettings {
+		if back.Machine.PostgresSettings[name] == "" {
+			t.Errorf("PostgreSQL setting %s not recorded: %v", name, back.Machine.PostgresSettings)
+		}
+	}
 	if got := back.Config.E1.Layouts; len(got) != 1 || got[0] != (Layout{Procs: 2, Concurrency: 1, Prefetch: -1}) {
 		t.Errorf("layouts do not round-trip: %v", got)
 	}
@@ -159,7 +164,8 @@ func TestSmoke(t *testing.T) {
 	if err := report.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"e1", "2x1", "Latency", "Enqueue", "E5", "E6", "CPU seconds", "serve ran with TASKFORGE_LOG_LEVEL=info"} {
+	for _, want := range []string{"e1", "2x1", "Latency", "Enqueue", "E5", "E6", "CPU seconds", "serve ran with TASKFORGE_LOG_LEVEL=info",
+		"PostgreSQL settings: autovacuum="} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

@@ -481,6 +481,7 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(w, "load average at each round's TaskForge side: %s\n", strings.Join(loads, ", "))
+	fmt.Fprintf(w, "PostgreSQL settings: %s\n", m.settingsLine())
 	if len(c.ServeEnv) > 0 {
 		fmt.Fprintf(w, "TaskForge's serve ran with %s\n", strings.Join(c.ServeEnv, " "))
 	}

@@ -74,6 +74,9 @@ JOIN attempts a1 ON a1.task_id = t.id AND a1.attempt = 1
 LEFT JOIN attempts a2 ON a2.task_id = t.id AND a2.attempt = 2
 WHERE t.id = ANY($1::text[]::uuid[])`
 
+// settingValues are the values of the settings named in $1, as SHOW gives them.
+const settingValues = `SELECT name, current_setting(name) FROM unnest($1::text[]) AS name`
+
 // serverInfo is the server's version and whether the role may create databases.
 const serverInfo = `SELECT version(),
 	(SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user)`

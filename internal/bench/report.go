@@ -41,15 +41,18 @@ type Report struct {
 
 // Machine describes where the figures were taken.
 type Machine struct {
-	Hostname      string     `json:"hostname"`
-	Cores         int        `json:"cores"`
-	Kernel        string     `json:"kernel"`
-	GoVersion     string     `json:"go_version"`
-	Revision      string     `json:"revision,omitempty"` // VCS revision of the binary, "+dirty" when modified
-	Postgres      string     `json:"postgres"`
-	Redis         string     `json:"redis"`
-	LoadAvgBefore [3]float64 `json:"loadavg_before"`
-	LoadAvgAfter  [3]float64 `json:"loadavg_after"`
+	Hostname  string `json:"hostname"`
+	Cores     int    `json:"cores"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+	Revision  string `json:"revision,omitempty"` // VCS revision of the binary, "+dirty" when modified
+	Postgres  string `json:"postgres"`
+	// PostgresSettings are the server's values of reportedSettings
+	// (autovacuum, fsync, shared_buffers, WAL sizing, ...).
+	PostgresSettings map[string]string `json:"postgres_settings"`
+	Redis            string            `json:"redis"`
+	LoadAvgBefore    [3]float64        `json:"loadavg_before"`
+	LoadAvgAfter     [3]float64        `json:"loadavg_after"`
 }
 
 // Dist summarises samples in milliseconds (nearest-rank percentiles).
@@ -368,6 +371,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "load average %.2f %.2f %.2f before, %.2f %.2f %.2f after; seed %d; revision %s\n",
 		m.LoadAvgBefore[0], m.LoadAvgBefore[1], m.LoadAvgBefore[2],
 		m.LoadAvgAfter[0], m.LoadAvgAfter[1], m.LoadAvgAfter[2], r.Config.Seed, m.Revision)
+	fmt.Fprintf(w, "PostgreSQL settings: %s\n", m.settingsLine())
 	if len(r.Config.ServeEnv) > 0 {
 		fmt.Fprintf(w, "serve ran with %s\n", strings.Join(r.Config.ServeEnv, " "))
 	}
@@ -615,4 +619,19 @@ func medianRun(g []DrainResult, f func(DrainResult) float64) DrainResult {
 func firstWords(s string, n int) string {
 	f := strings.Fields(s)
 	return strings.Join(f[:min(n, len(f))], " ")
+}
+
+// settingsLine lists the PostgreSQL settings recorded, in reportedSettings'
+// order: "autovacuum=on fsync=on ...".
+func (m Machine) settingsLine() string {
+	var parts []string
+	for _, name := range reportedSettings {
+		if v, ok := m.PostgresSettings[name]; ok {
+			parts = append(parts, name+"="+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "not recorded"
+	}
+	return strings.Join(parts, " ")
 }

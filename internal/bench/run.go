@@ -216,6 +216,9 @@ func (r *runner) describeMachine(ctx context.Context) error {
 	if !mayCreate {
 		return errors.New("the PostgreSQL role of the database URL may not create databases")
 	}
+	if m.PostgresSettings, err = postgresSettings(cctx, conn); err != nil {
+		return err
+	}
 	info, err := r.rdb.Info(cctx, "server").Result()
 	if err != nil {
 		return fmt.Errorf("reach Redis: %w", err)
@@ -327,4 +330,22 @@ func (p *progress) clear() {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.shown = false
 	}
+}
+
+// postgresSettings reads the server's values of reportedSettings.
+func postgresSettings(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
+	rows, err := conn.Query(ctx, settingValues, reportedSettings)
+	if err != nil {
+		return nil, fmt.Errorf("read PostgreSQL's settings: %w", err)
+	}
+	out := map[string]string{}
+	var name, value string
+	_, err = pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		out[name] = value
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read PostgreSQL's settings: %w", err)
+	}
+	return out, nil
 }

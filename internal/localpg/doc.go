@@ -12,6 +12,9 @@
 //
 // A server started with an empty Options.DataDir is a throwaway: its cluster
 // lives in a temporary directory, runs with fsync off, and is deleted by Stop.
+// Options.Settings override any of Start's settings: the benchmark harness
+// (internal/bench) starts a throwaway cluster configured as production runs it,
+// autovacuum and fsync on.
 // Temporary directories left behind by processes that died without calling
 // Stop are removed by later calls to Start.
 //

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,10 @@ type Options struct {
 	// <DataDir>.log beside DataDir for a kept one (see Server.LogPath). A Log
 	// that is not an *os.File is fed by a goroutine while the server runs.
 	Log io.Writer
+	// Settings are server settings (name → value, as in postgresql.conf) given
+	// to the postmaster after Start's own, so they win over them: a throwaway
+	// cluster with {"fsync": "on", "full_page_writes": "on"} keeps both on.
+	Settings map[string]string
 }
 
 // Server is one PostgreSQL server started by Start. Its methods are safe for
@@ -48,6 +53,7 @@ type Server struct {
 	port    int
 	temp    bool
 	cred    *syscall.Credential // nil: run as ourselves
+	extra   []string            // -c arguments from Options.Settings
 
 	logPath string   // our own log file, "" if the caller gave Log
 	logFile *os.File // open while the server object lives; nil if caller's
@@ -103,6 +109,7 @@ func start(ctx context.Context, opts Options) (_ *Server, err error) {
 		temp:    opts.DataDir == "",
 		cred:    cred,
 		userLog: opts.Log,
+		extra:   settingArgs(opts.Settings),
 	}
 	defer func() {
 		if err != nil {
@@ -288,6 +295,7 @@ func (s *Server) launch(ctx context.Context) error {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 		sig = syscall.SIGQUIT // immediate shutdown: the cluster is thrown away
 	}
+	args = append(args, s.extra...) // after ours: the last -c of a setting wins
 	// Not tied to ctx, as the server outlives Start: launch kills it itself
 	// when ctx ends before it is ready. context.Background has no Done
 	// channel, so exec starts no goroutine to watch it.
@@ -524,6 +532,21 @@ func (s *Server) Restart(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// settingArgs turns settings into postmaster arguments, sorted by name so that
+// the command line is the same from run to run.
+func settingArgs(settings map[string]string) []string {
+	names := make([]string, 0, len(settings))
+	for name := range settings {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	args := make([]string, 0, 2*len(names))
+	for _, name := range names {
+		args = append(args, "-c", name+"="+settings[name])
+	}
+	return args
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

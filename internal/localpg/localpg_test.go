@@ -348,3 +348,31 @@ func TestStartHonoursContext(t *testing.T) {
 		t.Errorf("Start took %v after its deadline", d)
 	}
 }
+
+// TestSettings: Options.Settings reach the server and win over Start's own
+// (a throwaway cluster's fsync=off), while the settings they do not name keep
+// Start's values.
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	srv, err := Start(ctx, Options{Settings: map[string]string{
+		"fsync": "on", "full_page_writes": "on", "shared_buffers": "32MB", "max_connections": "150",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	conn := connect(t, ctx, srv.URL("postgres"))
+	for name, want := range map[string]string{
+		"fsync": "on", "full_page_writes": "on", "shared_buffers": "32MB", "max_connections": "150",
+		"listen_addresses": "127.0.0.1", "autovacuum": "on",
+	} {
+		var got string
+		if err := conn.QueryRow(ctx, "SHOW "+name).Scan(&got); err != nil {
+			t.Fatalf("SHOW %s: %v", name, err)
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+}
