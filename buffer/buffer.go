@@ -9,6 +9,7 @@ package buffer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -142,25 +143,51 @@ func (b *Buffer) Pop(ctx context.Context, queue string, n int, limits ratelimit.
 	if err != nil {
 		return Popped{}, fmt.Errorf("pop from %s: %w", queue, err)
 	}
-	if len(res) < 4 {
-		return Popped{}, fmt.Errorf("pop from %s: short reply %v", queue, res)
+	out, err := parsePop(res)
+	if err != nil {
+		return Popped{}, fmt.Errorf("pop from %s: %w", queue, err)
 	}
-	status, _ := res[0].(int64)
-	retryMs, _ := res[1].(int64)
-	nowUs, _ := res[2].(int64)
-	remaining, _ := res[3].(int64)
-	out := Popped{Paused: status == 1, NeedSync: status == 2, AtCap: status == 3, RetryAfter: time.Duration(retryMs) * time.Millisecond,
-		RedisTimeUs: nowUs, Remaining: int(remaining)}
-	for i := 4; i+1 < len(res); i += 2 {
-		member, _ := res[i].(string)
-		rawScore, _ := res[i+1].(string)
-		id, err := uuid.Parse(member)
-		if err != nil {
-			continue // not ours; drop it
+	return out, nil
+}
+
+// parsePop reads pop.lua's reply, {status, retry_after_ms, now_us, remaining, id1,
+// score1, ...}, refusing one whose fields are missing or of the wrong type (a
+// script out of step with this code) rather than reading zeros. A member that is
+// not a UUID is not TaskForge's: it is dropped.
+func parsePop(res []any) (Popped, error) {
+	if len(res) < 4 || len(res)%2 != 0 {
+		return Popped{}, fmt.Errorf("reply of %d fields, want 4 and then pairs: %v", len(res), res)
+	}
+	var head [4]int64
+	for i, name := range []string{"status", "retry_after_ms", "now_us", "remaining"} {
+		v, ok := res[i].(int64)
+		if !ok {
+			return Popped{}, fmt.Errorf("reply field %s is %T (%v), want an integer", name, res[i], res[i])
+		}
+		head[i] = v
+	}
+	status, retryMs, nowUs, remaining := head[0], head[1], head[2], head[3]
+	if status < 0 || status > 3 {
+		return Popped{}, fmt.Errorf("reply status %d, want 0 to 3", status)
+	}
+	out := Popped{Paused: status == 1, NeedSync: status == 2, AtCap: status == 3,
+		RetryAfter: time.Duration(retryMs) * time.Millisecond, RedisTimeUs: nowUs, Remaining: int(remaining)}
+	for i := 4; i < len(res); i += 2 {
+		member, ok := res[i].(string)
+		if !ok {
+			return Popped{}, fmt.Errorf("reply member %d is %T (%v), want a string", (i-4)/2, res[i], res[i])
+		}
+		rawScore, ok := res[i+1].(string)
+		if !ok {
+			return Popped{}, fmt.Errorf("reply score of %s is %T (%v), want a string", member, res[i+1], res[i+1])
 		}
 		score, err := strconv.ParseFloat(rawScore, 64)
 		if err != nil {
-			return Popped{}, fmt.Errorf("pop from %s: bad score %q: %w", queue, rawScore, err)
+			return Popped{}, fmt.Errorf("reply score of %s: %w", member, err)
+		}
+		id, err := uuid.Parse(member)
+		if err != nil {
+			continue // not ours; drop it
 		}
 		out.Entries = append(out.Entries, Entry{ID: id, Score: score})
 	}
@@ -259,30 +286,6 @@ func (b *Buffer) Sizes(ctx context.Context, queues []string) (map[string]int64, 
 	return out, nil
 }
 
-// Missing returns those of tasks that queue's buffer does not hold.
-func (b *Buffer) Missing(ctx context.Context, queue string, tasks []storage.Buffered) ([]storage.Buffered, error) {
-	if len(tasks) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.FloatCmd, len(tasks))
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, t := range tasks {
-			cmds[i] = p.ZScore(ctx, b.Key(queue), t.ID.String())
-		}
-		return nil
-	})
-	if err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("check buffer of %s: %w", queue, err)
-	}
-	var missing []storage.Buffered
-	for i, c := range cmds {
-		if c.Err() == redis.Nil {
-			missing = append(missing, tasks[i])
-		}
-	}
-	return missing, nil
-}
-
 // MissingOf returns those of tasks that their queue's buffer does not hold, in one
 // pipeline whatever the number of queues.
 func (b *Buffer) MissingOf(ctx context.Context, tasks []storage.BufferedTask) ([]storage.BufferedTask, error) {
@@ -296,12 +299,12 @@ func (b *Buffer) MissingOf(ctx context.Context, tasks []storage.BufferedTask) ([
 		}
 		return nil
 	})
-	if err != nil && err != redis.Nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("check buffers: %w", err)
 	}
 	var missing []storage.BufferedTask
 	for i, c := range cmds {
-		if c.Err() == redis.Nil {
+		if errors.Is(c.Err(), redis.Nil) {
 			missing = append(missing, tasks[i])
 		}
 	}

@@ -82,7 +82,7 @@ func TestMissingAndPutback(t *testing.T) {
 		if err != nil || len(popped) != 1 || popped[0].ID != tasks[0].ID {
 			t.Fatalf("pop: %v %v", popped, err)
 		}
-		missing, err := b.Missing(ctx, "q", tasks)
+		missing, err := b.MissingOf(ctx, []storage.BufferedTask{{Queue: "q", Buffered: tasks[0]}, {Queue: "q", Buffered: tasks[1]}})
 		if err != nil || len(missing) != 1 || missing[0].ID != tasks[0].ID {
 			t.Fatalf("missing: %v %v", missing, err)
 		}
