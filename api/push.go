@@ -138,9 +138,6 @@ func (s *Server) ParkForWork(queues []string) (woken <-chan struct{}, leave func
 	return w.ch, func() { s.hub.leave(w) }
 }
 
-// Draining is closed once the replica stops: in-process workers stop taking work.
-func (s *Server) Draining() <-chan struct{} { return s.draining }
-
 // validHeaderName reports whether name is an HTTP token (RFC 9110, 5.6.2).
 func validHeaderName(name string) bool {
 	if name == "" {

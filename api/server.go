@@ -196,15 +196,11 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // Engine returns the gin engine, for mounting further routes (dashboard, metrics).
 func (s *Server) Engine() *gin.Engine { return s.engine }
 
-// Run keeps the queue settings fresh, rouses long-poll waiters on buffer wake-ups
-// and task waiters on announcements of finished tasks, until ctx is done. It returns nil when ctx is cancelled.
+// Run rouses long-poll waiters on buffer wake-ups and task waiters on
+// announcements of finished tasks, until ctx is done. It returns nil when ctx is
+// cancelled. The queue settings the handlers read (the lifecycle's) are kept fresh
+// by their own loop, ratelimit.Settings.Run, which the replica runs beside this one.
 func (s *Server) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.limits.Run(ctx)
-	}()
-	defer func() { <-done }()
 	sub := s.buf.Client().Subscribe(ctx, s.buf.WakeChannel(), s.buf.DoneChannel())
 	defer sub.Close()
 	ch := sub.Channel()

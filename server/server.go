@@ -387,6 +387,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		run  func(context.Context) error
 	}{
 		{"wake listener", s.API.Run},
+		{"settings refresher", s.Lifecycle.Limits().Run},
 		{"done announcer", s.Lifecycle.Run},
 		{"dispatcher", s.Dispatcher.Run},
 		{"watchdog", s.Watchdog.Run},

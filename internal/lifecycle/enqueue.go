@@ -66,11 +66,11 @@ func (l *Lifecycle) enqueue(ctx context.Context, queue string, tasks []storage.N
 		crashpoint.Hit(crashpoint.AfterDispatchCommit)
 		// Committed as dispatched: if this ZADD fails or we crash now, the
 		// dispatcher's repair pass re-adds them, as after its own lost ZADD.
-		err := l.buf.Add(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs))
-		l.sizes.added(queue, len(buffered))
-		if err != nil {
+		if err := l.buf.Add(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
 			l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
 				"tasks", len(buffered), "err", err)
+		} else {
+			l.sizes.added(queue, len(buffered)) // only what the buffer now holds
 		}
 	}
 	if pending {

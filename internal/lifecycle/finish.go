@@ -138,8 +138,11 @@ func (l *Lifecycle) finished(ctx context.Context, t storage.Task, workerID, reas
 		span = "taskforge.release"
 	}
 	l.tel.TaskSpan(span, t.Traceparent, append(taskAttrs(t, workerID), attribute.String("taskforge.status", t.Status))...)
-	limits, ok, err := l.limits.Get(ctx, t.Queue)
-	if err == nil && ok {
+	switch limits, ok, err := l.limits.Get(ctx, t.Queue); {
+	case err != nil:
+		l.log.Warn("could not read the queue's settings to free the task's concurrency slot; the slot sync frees it",
+			"queue", t.Queue, "task_id", t.ID, "err", err)
+	case ok:
 		l.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
 	}
 	if t.Effects != nil {
