@@ -20,8 +20,7 @@ import (
 
 // bulkTasks is the size of the bulk operations below: TASKFORGE_E2E_BULK_TASKS, or
 // 20,000 (about 20 batches, seconds) in `make test`. docs/benchmarks.md records runs
-// with 1,000,000 (and TASKFORGE_E2E_BULK_BASELINE=2m, the length of the baseline
-// window before each operation; the window after is half as long).
+// with 1,000,000.
 func bulkTasks(t *testing.T) int {
 	t.Helper()
 	v := os.Getenv("TASKFORGE_E2E_BULK_TASKS")

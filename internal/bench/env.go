@@ -222,9 +222,9 @@ func waitReady(ctx context.Context, p *proc, base string) error {
 
 // workerEnv is what the harness sets for its worker processes. They are load
 // generators sharing the machine with serve and PostgreSQL: one Go thread each
-// (GOMAXPROCS=1), as a worker loop in most languages has, rather than one per core.
-// Sixteen Go runtimes of two threads each spent 0.9–1.2 ms of CPU per task in
-// E1 16x1/plain, mostly waking and parking threads, against 0.65 ms with one.
+// (GOMAXPROCS=1), as a worker loop in most languages has, rather than one per core,
+// whose runtime would spend the CPU it takes from serve and PostgreSQL waking and
+// parking threads.
 var workerEnv = []string{"GOMAXPROCS=1"}
 
 // startWorkers starts layout.Procs reference workers serving queue with handler,
