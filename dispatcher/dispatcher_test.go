@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
@@ -143,31 +145,22 @@ func TestRunStopsWithItsContext(t *testing.T) {
 	b := setup(t)
 	enqueue(t, b.store, 10, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	var passes testsignal.Signal[dispatcher.Pass]
+	passes.Init()
+	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour, OnPass: passes.Signal}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	// The first pass runs at once; LISTEN picks up a later enqueue without a tick.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 10 {
-		if time.Now().After(deadline) {
-			t.Fatal("first pass did not buffer the tasks")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBuffered(t, b, &passes, 10, "the first pass")
 	enqueue(t, b.store, 5, nil)
-	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 15 {
-		if time.Now().After(deadline) {
-			t.Fatal("NOTIFY did not wake the dispatcher")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBuffered(t, b, &passes, 15, "the pass NOTIFY wakes")
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testsignal.Timeout):
 		t.Fatal("Run did not return after cancel")
 	}
 }
@@ -177,18 +170,15 @@ func TestRunDispatchesAScheduledTaskWhenDueNotOnTheNextTick(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour}, quiet)
+	var passes testsignal.Signal[dispatcher.Pass]
+	passes.Init()
+	d := newDispatcher(b.store, b.buf, dispatcher.Config{Interval: time.Hour, OnPass: passes.Signal}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	at := time.Now().Add(300 * time.Millisecond)
 	enqueue(t, b.store, 1, &at)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.rdb.ZCard(ctx, b.buf.Key("q")).Val() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("a task due in 300 ms was not dispatched within 10 s (the tick is an hour)")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The tick is an hour: only the pass planned for the task's due time moves it.
+	waitBuffered(t, b, &passes, 1, "the pass planned for a task due in 300 ms")
 	if late := time.Since(at); late < 0 || late > 2*time.Second {
 		t.Fatalf("dispatched %s after it became due", late)
 	}
@@ -237,16 +227,11 @@ func listeners(t *testing.T, s *storage.Store, application string) int {
 	return n
 }
 
-// waitBuffered waits until queue q's buffer holds n ids.
-func waitBuffered(t *testing.T, b bundle, n int64, what string) {
+// waitBuffered waits, pass by pass, until queue q's buffer holds n ids.
+func waitBuffered(t *testing.T, b bundle, passes *testsignal.Signal[dispatcher.Pass], n int64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.rdb.ZCard(context.Background(), b.buf.Key("q")).Val() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: buffer holds %d ids, want %d", what, b.rdb.ZCard(context.Background(), b.buf.Key("q")).Val(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	size := func() int64 { return b.rdb.ZCard(context.Background(), b.buf.Key("q")).Val() }
+	passes.WaitUntil(t, fmt.Sprintf("%s to buffer %d ids", what, n), func() bool { return size() == n })
 }
 
 // TestListenConnConfigWakesBehindPgBouncer: with the store's pool behind PgBouncer,
@@ -266,20 +251,20 @@ func TestListenConnConfigWakesBehindPgBouncer(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: time.Hour, ListenConnConfig: listenCfg}, quiet)
+	var passes testsignal.Signal[dispatcher.Pass]
+	passes.Init()
+	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: time.Hour, ListenConnConfig: listenCfg, OnPass: passes.Signal}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	enqueue(t, direct, 3, nil)
-	waitBuffered(t, b, 3, "first pass or NOTIFY")
-	deadline := time.Now().Add(10 * time.Second)
-	for listeners(t, direct, "tf-dispatcher-listen") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no LISTEN session from ListenConnConfig")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitBuffered(t, b, &passes, 3, "the first pass or NOTIFY")
+	// Once LISTEN is in place the dispatcher asks itself for a sweep, so a pass
+	// follows every new LISTEN session.
+	passes.WaitUntil(t, "a LISTEN session from ListenConnConfig", func() bool {
+		return listeners(t, direct, "tf-dispatcher-listen") == 1
+	})
 	enqueue(t, direct, 2, nil) // by another process: only NOTIFY can tell the dispatcher
-	waitBuffered(t, b, 5, "NOTIFY over the direct connection")
+	waitBuffered(t, b, &passes, 5, "NOTIFY over the direct connection")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -297,11 +282,13 @@ func TestNoListenDispatchesOnTheTick(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: 200 * time.Millisecond, NoListen: true}, quiet)
+	var passes testsignal.Signal[dispatcher.Pass]
+	passes.Init()
+	d := newDispatcher(pooled, b.buf, dispatcher.Config{Interval: 200 * time.Millisecond, NoListen: true, OnPass: passes.Signal}, quiet)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	enqueue(t, direct, 4, nil)
-	waitBuffered(t, b, 4, "the tick")
+	waitBuffered(t, b, &passes, 4, "the tick")
 	var n int
 	if err := direct.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE 'LISTEN%'`).Scan(&n); err != nil || n != 0 {
