@@ -53,6 +53,9 @@ type Config struct {
 	MaxPollsPerWorker int
 	// SessionTTL is the longest a dashboard session lasts. Defaults to 12h.
 	SessionTTL time.Duration
+	// Now is the clock of the rate limits, the token cache's age and expiries
+	// (tests set it instead of sleeping). Defaults to time.Now.
+	Now func() time.Time
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -63,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	c.RateBurst = cmp.Or(c.RateBurst, max(1, 2*c.RateLimit))
 	c.MaxPollsPerWorker = cmp.Or(c.MaxPollsPerWorker, 4)
 	c.SessionTTL = cmp.Or(c.SessionTTL, 12*time.Hour)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -113,7 +119,7 @@ func New(store *storage.Store, cfg Config, log *slog.Logger) *Guard {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.WithDefaults()
-	return &Guard{store: store, cfg: cfg, log: log, rate: newRateLimiter(), misses: newRateLimiter(), polls: newPollLimiter(cfg.MaxPollsPerWorker), now: time.Now}
+	return &Guard{store: store, cfg: cfg, log: log, rate: newRateLimiter(), misses: newRateLimiter(), polls: newPollLimiter(cfg.MaxPollsPerWorker), now: cfg.Now}
 }
 
 // Enabled reports whether authentication is on: whether an unrevoked token exists.

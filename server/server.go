@@ -31,6 +31,7 @@ import (
 	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/push"
 	"github.com/taskforge/taskforge/internal/tally"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/scheduler"
 	"github.com/taskforge/taskforge/sealer"
@@ -106,6 +107,24 @@ type Config struct {
 	// Auth tunes API-token authentication and the abuse limits (package auth); it
 	// is on while an unrevoked token exists.
 	Auth auth.Config
+	// TestSignals, when set, hears of every step of the replica's background loops
+	// (tests wait on them instead of sleeping); nil in production.
+	TestSignals *TestSignals
+}
+
+// TestSignals carry what a replica's background loops did to a test (package
+// testsignal). Each is inert until the test calls Init, which it must do before New.
+type TestSignals struct {
+	DispatchPass  testsignal.Signal[dispatcher.Pass] // every pass of the dispatcher
+	WatchdogSweep testsignal.Signal[watchdog.Sweep]  // every sweep of the watchdog
+	JanitorSweep  testsignal.Signal[janitor.Sweep]   // every retention sweep
+}
+
+// Init makes every signal record.
+func (ts *TestSignals) Init() {
+	ts.DispatchPass.Init()
+	ts.WatchdogSweep.Init()
+	ts.JanitorSweep.Init()
 }
 
 // ListenOff is the ListenDatabaseURL that turns LISTEN off: the dispatcher then
@@ -287,8 +306,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		BufferTarget:  dispatcher.Config{}.WithDefaults().BufferTarget,
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	ts := cmp.Or(cfg.TestSignals, &TestSignals{}) // inert unless a test gave its own
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, s.Lifecycle, wakes, dispatcher.Config{Interval: cfg.DispatchInterval,
-		ListenConnConfig: listenConn, NoListen: noListen},
+		ListenConnConfig: listenConn, NoListen: noListen, OnPass: ts.DispatchPass.Signal},
 		log.With("component", "dispatcher"))
 	// Fires ticks through the lifecycle, as a manual trigger does.
 	s.Scheduler = scheduler.New(s.Store, s.Lifecycle, scheduler.Config{}, log.With("component", "scheduler"))
@@ -306,13 +326,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	audits.Mount(s.API.Engine())
 	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Handler = s.API.Handler()
-	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval},
+	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval,
+		OnSweep: ts.WatchdogSweep.Signal},
 		log.With("component", "watchdog"))
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
-		AuditRetention: cfg.AuditRetention},
+		AuditRetention: cfg.AuditRetention, OnSweep: ts.JanitorSweep.Signal},
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
 	return s, nil

@@ -27,6 +27,15 @@ type Config struct {
 	Interval time.Duration
 	// BatchSize is the most attempts one sweep statement ends. Defaults to 500.
 	BatchSize int
+	// OnSweep, when set, hears of every sweep Run makes, after it (tests use it to
+	// wait for a sweep instead of sleeping). It runs on Run's goroutine.
+	OnSweep func(Sweep)
+}
+
+// Sweep describes one sweep of Run.
+type Sweep struct {
+	Reclaimed int   // attempts it ended
+	Err       error // what ended it early, if anything
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -67,19 +76,26 @@ func (w *Watchdog) Run(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		timer.Reset(w.sweep(ctx))
+		wait, sw := w.sweep(ctx)
+		timer.Reset(wait)
+		if w.cfg.OnSweep != nil {
+			w.cfg.OnSweep(sw)
+		}
 	}
 }
 
-// sweep reclaims what has expired and returns how long to sleep.
-func (w *Watchdog) sweep(ctx context.Context) time.Duration {
+// sweep reclaims what has expired and returns how long to sleep and what it did.
+func (w *Watchdog) sweep(ctx context.Context) (time.Duration, Sweep) {
+	var sw Sweep
 	for {
 		n, err := w.ReclaimOnce(ctx)
+		sw.Reclaimed += n
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn("watchdog sweep failed", "err", err)
 			}
-			return w.cfg.Interval
+			sw.Err = err
+			return w.cfg.Interval, sw
 		}
 		if n < w.cfg.BatchSize {
 			break
@@ -87,11 +103,11 @@ func (w *Watchdog) sweep(ctx context.Context) time.Duration {
 	}
 	wait, ok, err := w.store.NextLeaseExpiry(ctx)
 	if err != nil || !ok {
-		return w.cfg.Interval
+		return w.cfg.Interval, sw
 	}
 	// A few milliseconds past the expiry, so the sweep finds it expired on the
 	// database clock.
-	return min(max(wait+5*time.Millisecond, 5*time.Millisecond), w.cfg.Interval)
+	return min(max(wait+5*time.Millisecond, 5*time.Millisecond), w.cfg.Interval), sw
 }
 
 // ReclaimOnce ends up to BatchSize expired attempts and returns how many it ended.

@@ -25,6 +25,15 @@ type Config struct {
 	// BatchTimeout bounds each batch's transaction on the server (statement_timeout
 	// and lock_timeout). Defaults to 5s.
 	BatchTimeout time.Duration
+	// OnSweep, when set, hears of every sweep Run makes, after it (tests use it to
+	// wait for a sweep instead of sleeping). It runs on Run's goroutine.
+	OnSweep func(Sweep)
+}
+
+// Sweep describes one sweep of Run.
+type Sweep struct {
+	Deleted int   // rows deleted, as SweepOnce counts them
+	Err     error // what ended it early, if anything
 }
 
 // DefaultRetention is the retention age when Config.Retention is zero.
@@ -86,6 +95,9 @@ func (j *Janitor) Run(ctx context.Context) error {
 				"retention", j.cfg.Retention.String(), "duration", time.Since(start).String())
 		}
 		timer.Reset(jitter(j.cfg.Interval))
+		if j.cfg.OnSweep != nil {
+			j.cfg.OnSweep(Sweep{Deleted: n, Err: err})
+		}
 	}
 }
 

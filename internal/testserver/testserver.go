@@ -29,9 +29,12 @@ type Instance struct {
 	Server *server.Server
 	Config server.Config
 	Redis  *redis.Client
-	t      testing.TB
-	cancel context.CancelFunc
-	done   chan error
+	// Signals hear of every step of the replica's background loops: tests wait on
+	// them (testsignal) rather than on time. Nil when Configure removed them.
+	Signals *server.TestSignals
+	t       testing.TB
+	cancel  context.CancelFunc
+	done    chan error
 }
 
 // Options adjust a test replica. Zero values take fast test defaults.
@@ -61,7 +64,9 @@ func Start(t testing.TB, opts Options) *Instance {
 		BackoffBase:       100 * time.Millisecond,
 		BackoffMax:        time.Second,
 		ShutdownTimeout:   5 * time.Second,
+		TestSignals:       &server.TestSignals{},
 	}
+	cfg.TestSignals.Init()
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = testenv.NewDatabase(t)
 	}
@@ -93,7 +98,7 @@ func Start(t testing.TB, opts Options) *Instance {
 		cancel()
 		t.Fatalf("listen: %v", err)
 	}
-	inst := &Instance{URL: "http://" + ln.Addr().String(), Server: srv, Config: cfg, t: t, cancel: cancel,
+	inst := &Instance{URL: "http://" + ln.Addr().String(), Server: srv, Config: cfg, Signals: cfg.TestSignals, t: t, cancel: cancel,
 		done: make(chan error, 1), Redis: redis.NewClient(&redis.Options{Addr: addr})}
 	if tt, ok := t.(*testing.T); ok && !opts.Unchecked {
 		srv.Handler = contract.Check(tt, srv.Handler)
