@@ -20,7 +20,7 @@ import (
 // the first request to the last at the target); then enqueue → target latency of
 // single enqueues at 100 tasks/s for 2 s (p50, p95). Run it alone:
 //
-//	go test ./push/ -run '^$' -bench BenchmarkPush -benchtime 1x
+//	go test ./internal/push/ -run '^$' -bench BenchmarkPush -benchtime 1x
 func BenchmarkPush(b *testing.B) {
 	for _, inflight := range []int{16, 128} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
