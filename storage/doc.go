@@ -1,7 +1,8 @@
 // Package storage is TaskForge's only door to PostgreSQL, the authority for queues,
 // tasks, attempts and workers.
 //
-// Every SQL statement TaskForge runs lives in queries.go. Each state change of a task
+// Every SQL statement TaskForge runs is a file of sql/, loaded by statements.go (one
+// statement per file, its parameters documented in its header). Each state change of a task
 // is one statement (or one short transaction) that changes the task row and its
 // attempt row together, and is conditional on the state it expects, so concurrent
 // replicas can never both win: a claim only takes tasks still 'claimed', an ack only

@@ -16,7 +16,22 @@ var ByIDStatements = map[string]string{
 }
 
 // ListTasks is the task list's statement, for the plan tests.
-const ListTasks = listTasks
+var ListTasks = listTasks
 
 // ListWorkers is the workers list's statement, for the plan tests.
-const ListWorkers = listWorkers
+var ListWorkers = listWorkers
+
+// Statements are every statement the Store runs, by name, for TestStatementColumns.
+var Statements = statements
+
+// TaskColumnNames are the columns of a task row, in scan order.
+var TaskColumnNames = taskColumnNames
+
+// StatementFile is the whole file of statement name, header included.
+func StatementFile(name string) string {
+	b, err := statementFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

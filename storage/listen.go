@@ -8,14 +8,7 @@ import (
 )
 
 // The statements of this file are the session-level ones, which run on a
-// connection of their own rather than the pool's; queries.go holds the rest.
-
-// listenDue subscribes a session to the enqueues' announcements of due work.
-const listenDue = `LISTEN ` + DueChannel
-
-// selectDatabaseExists reports whether database $1 exists (on any database of the
-// server; `taskforge dev` asks the embedded server's maintenance database).
-const selectDatabaseExists = `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`
+// connection of their own rather than the pool's; sql/ holds every statement.
 
 // DueListener is a session of its own that LISTENs on DueChannel: enqueues, and
 // statements that make tasks due, NOTIFY the queue that has new work.

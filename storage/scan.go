@@ -1,28 +1,25 @@
 package storage
 
 import (
-	"strings"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// taskColumnNames are the names of taskColumns, in order.
-var taskColumnNames = columnNames(taskColumns)
+// taskColumnNames are the columns of a task row, in the order of the statements
+// that return one (get_task's; TestStatementColumns checks each against it).
+var taskColumnNames = []string{"id", "queue", "payload", "priority", "status", "scheduled_at",
+	"attempts", "max_retries", "timeout_seconds", "idempotency_key", "fingerprint", "last_error",
+	"result", "claimed_by", "lease_token", "heartbeat_at", "lease_expires_at", "cancel_requested",
+	"replayed_from", "replay_count", "replayed_at", "attempt_started_at", "traceparent", "releases",
+	"progress", "created_at", "updated_at", "finished_at", "schedule", "workflow_id", "step"}
 
 // endedColumnNames are the columns of a statement that ends tasks: the task, then
 // what its end did to its workflow.
-var endedColumnNames = append(columnNames(taskColumns), "wf_effects")
+var endedColumnNames = append(slices.Clone(taskColumnNames), "wf_effects")
 
-func columnNames(list string) []string {
-	names := strings.Split(list, ",")
-	for i, n := range names {
-		names[i] = strings.TrimSpace(n)
-	}
-	return names
-}
-
-// taskFields are t's fields in the order of taskColumns (TestTaskFieldsFollowTaskColumns
+// taskFields are t's fields in the order of taskColumnNames (TestTaskFieldsFollowTaskColumns
 // checks the two against each other). The jsonb columns are scanned as the bytes
 // PostgreSQL sends, which are valid JSON: into a json.RawMessage pgx would run
 // json.Unmarshal over each, a tenth of serve's CPU while it loads batches of tasks.

@@ -6,7 +6,7 @@ import (
 )
 
 // TestTaskFieldsFollowTaskColumns: the positional scan puts each column of
-// taskColumns into the field whose db tag names it, and leaves no tagged field out.
+// taskColumnNames into the field whose db tag names it, and leaves no tagged field out.
 func TestTaskFieldsFollowTaskColumns(t *testing.T) {
 	var task Task
 	v := reflect.ValueOf(&task).Elem()
@@ -22,7 +22,7 @@ func TestTaskFieldsFollowTaskColumns(t *testing.T) {
 	}
 	fields := taskFields(&task)
 	if len(fields) != len(taskColumnNames) || len(fields) != tagged {
-		t.Fatalf("%d fields, %d columns in taskColumns, %d tagged fields of Task", len(fields), len(taskColumnNames), tagged)
+		t.Fatalf("%d fields, %d columns in taskColumnNames, %d tagged fields of Task", len(fields), len(taskColumnNames), tagged)
 	}
 	for i, f := range fields {
 		if got := tagOf[reflect.ValueOf(f).Pointer()]; got != taskColumnNames[i] {

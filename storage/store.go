@@ -123,7 +123,7 @@ func BehindTransactionPooler(url string) ConnectOption {
 // HotPathSettings makes a pool's connections fit for WithHotPool. Each connection
 //
 //   - plans each statement once (plan_cache_mode = force_generic_plan). The
-//     hot-path statements take tasks by primary key (see byPrimaryKey), so their
+//     hot-path statements take tasks by primary key (see statements.go), so their
 //     generic plan is the one a custom plan would pick; left to choose, PostgreSQL
 //     re-planned the claim on every call (about 0.4 ms of CPU) because it costs the
 //     generic plan's id array at ten rows and a custom plan's at the one it holds;

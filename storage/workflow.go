@@ -21,7 +21,7 @@ import (
 // Workflows: DAGs of tasks. A workflow's steps are tasks of any queues, inserted
 // together; a step with dependencies waits blocked until the last of them is done.
 // The bookkeeping of a running workflow (unblocking, the failure cascade, the end)
-// rides inside the statements that end its steps' tasks (see queries.go), so it
+// rides inside the statements that end its steps' tasks (see statements.go), so it
 // commits with the step's transition or not at all.
 
 // Workflow statuses.

@@ -1,0 +1,8 @@
+-- name: delete_queue_tally
+-- delete_queue_tally forgets the figures of a queue being deleted (or created afresh).
+--
+-- Parameters:
+--   $1 text: the queue
+-- Returns: no rows.
+WITH gone AS (DELETE FROM queue_tally WHERE queue = $1)
+DELETE FROM queue_tally_delta WHERE queue = $1

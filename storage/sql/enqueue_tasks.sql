@@ -1,0 +1,82 @@
+-- name: enqueue_tasks
+-- enqueue_tasks is an enqueue's whole write, one statement and one round trip (a commit
+-- with it, outside a transaction). In order:
+--
+--   - q reads the queue's default budget and holds KEY SHARE, so that a concurrent
+--     DeleteQueue waits for the enqueue to finish (and then sees its tasks). No queue,
+--     no row in q, and nothing is inserted.
+--   - When $13 asks, q also says whether tasks due now may go straight to the buffer:
+--     the queue is not paused and holds no due task the dispatcher has yet to move
+--     (one probe of tasks_dispatch_idx per priority level), so none jumps ahead of
+--     older work. The ORDER BY is the index's own order, and keeps the probe on it:
+--     without it, once ANALYZE has seen other queues' backlogs, the planner takes
+--     LIMIT 1 for cheap on a sequential scan of the whole table (80 ms at 40,000 rows,
+--     seconds at 2 million).
+--   - ins inserts the batch in input order ($12: the schedule that fired them, or
+--     NULL); those without a scheduled_at go in dispatched ('claimed') when q allows,
+--     as the dispatcher would leave them, for the caller to mirror into the buffer. A
+--     task whose idempotency key the queue already holds is skipped (ON CONFLICT DO
+--     NOTHING waits for a concurrent inserter of the same key, so concurrent
+--     identical requests create one task).
+--   - tallied appends the count deltas on a hot-path connection (tally_written_inline()).
+--   - wake notifies the dispatchers ($2 names the channel) when a task went in
+--     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
+--
+-- enqueue_task_refs is the same write returning the task ref columns only: a bulk load
+-- answered with ids did not need the other 27 columns of a thousand rows, which were a
+-- third of serve's CPU per batch (decoding them) and PostgreSQL's to send.
+--
+-- Parameters:
+--   $1 text: the queue
+--   $2 text: the NOTIFY channel of due work (storage.DueChannel)
+--   $3 uuid[]: the id of each row
+--   $4 text[]: the payload of each row
+--   $5 int[]: the priority of each row
+--   $6 timestamptz[]: the scheduled_at of each row
+--   $7 int[]: the max_retries of each row
+--   $8 int[]: the timeout_seconds of each row
+--   $9 text[]: the idempotency_key of each row
+--   $10 bytea[]: the fingerprint of each row
+--   $11 text: the trace context (traceparent) of the request
+--   $12 text: the schedule that fired the tasks (NULL: none)
+--   $13 bool: true: tasks due now may go straight to the buffer, as claimed
+-- Returns: every column of the task row (as get_task).
+WITH q AS MATERIALIZED (
+	SELECT max_retries, $13::bool AND NOT paused AND NOT EXISTS (
+		SELECT 1 FROM generate_series(1, 10) AS level(priority)
+		CROSS JOIN LATERAL (
+			SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND scheduled_at <= now()
+			ORDER BY scheduled_at
+			LIMIT 1
+		) due
+	) AS buffered
+	FROM queues WHERE name = $1 FOR KEY SHARE
+), ins AS (
+	INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
+	SELECT i.id, $1, i.payload::jsonb, i.priority,
+		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
+		coalesce(i.scheduled_at, now()),
+		coalesce(i.max_retries, q.max_retries), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
+		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END
+	FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
+		$9::text[], $10::bytea[])
+		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
+			idempotency_key, fingerprint, ord)
+	CROSS JOIN q
+	ORDER BY i.ord
+	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+	RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
+	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
+	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
+	workflow_id, step
+), tallied AS (
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT $1, status, '-infinity', count(*) FROM ins WHERE tally_written_inline() GROUP BY status
+), wake AS (
+	SELECT pg_notify($2, $1) FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) pending
+)
+SELECT * FROM ins WHERE (SELECT count(*) FROM wake) >= 0

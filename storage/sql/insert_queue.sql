@@ -1,0 +1,22 @@
+-- name: insert_queue
+--
+-- Parameters:
+--   $1 text: name
+--   $2 int4: max_retries
+--   $3 float8: rate_limit
+--   $4 int4: rate_burst
+--   $5 int4: max_concurrency
+--   $6 int8: backoff_base_ms
+--   $7 int8: backoff_max_ms
+--   $8 bool: paused
+--   $9 int8: priority_aging_ms
+--   $10 jsonb: push
+--   $11 text: push_secret
+-- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
+--   backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at.
+INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (name) DO NOTHING
+RETURNING name, max_retries, rate_limit, rate_burst, max_concurrency,
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at

@@ -1,0 +1,9 @@
+-- name: queues_named
+-- queues_named returns the named queues' settings.
+--
+-- Parameters:
+--   $1 text[]: the queues
+-- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
+--   backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at.
+SELECT name, max_retries, rate_limit, rate_burst, max_concurrency,
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, created_at, updated_at FROM queues WHERE name = ANY($1::text[])

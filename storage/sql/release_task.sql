@@ -1,0 +1,89 @@
+-- name: release_task
+-- release_task ends the current attempt as released, not counted against the retry
+-- budget, and puts the task back in line where it was (pending, its scheduled_at
+-- unchanged, so it keeps its place), or cancels it when a cancel was requested. With a
+-- delay of $5 ms (a snooze) the task is due no earlier than now + $5; $6 is the time
+-- (NULL: now()).
+--
+-- Parameters:
+--   $1 uuid: the task
+--   $2 uuid: its lease token
+--   $3 text: the worker holding the lease
+--   $4 text: the reason, stored as last_error
+--   $5 int8: the snooze in milliseconds (NULL: back in line at once)
+--   $6 timestamptz: the time (NULL: now())
+-- Returns: every column of the task row (as get_task), then wf_effects.
+WITH wf_locked AS MATERIALIZED (
+	SELECT w.id FROM workflows w
+	WHERE w.id = (SELECT workflow_id FROM tasks WHERE id = $1)
+	FOR UPDATE
+), cur AS (
+	SELECT t.id, CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'pending' END AS next_status
+	FROM tasks t
+	WHERE t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
+	AND t.status || '' = 'executing' AND t.lease_expires_at > coalesce($6::timestamptz, now()) AND (SELECT count(*) FROM wf_locked) >= 0
+	FOR UPDATE OF t
+), released AS (
+	UPDATE tasks t SET status = cur.next_status, last_error = $4, updated_at = coalesce($6::timestamptz, now()),
+		lease_expires_at = NULL, deadline_at = NULL,
+		releases = t.releases + CASE WHEN cur.next_status = 'pending' THEN 1 ELSE 0 END,
+		scheduled_at = CASE WHEN cur.next_status = 'pending' AND $5::bigint IS NOT NULL
+			THEN greatest(t.scheduled_at, coalesce($6::timestamptz, now()) + $5 * interval '1 millisecond')
+			ELSE t.scheduled_at END,
+		finished_at = CASE WHEN cur.next_status = 'pending' THEN NULL ELSE coalesce($6::timestamptz, now()) END
+	FROM cur WHERE t.id = cur.id
+	RETURNING t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
+	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
+	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
+	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step
+), recorded AS (
+	UPDATE attempts a SET finished_at = coalesce($6::timestamptz, now()), error = $4,
+		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
+	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
+), failed_steps AS MATERIALIZED (
+	SELECT DISTINCT ON (s.workflow_id) s.id AS by_task, s.workflow_id, s.step, s.status, w.generation FROM released s
+	JOIN workflow_steps ws ON ws.task_id = s.id
+	JOIN workflows w ON w.id = s.workflow_id
+	WHERE s.workflow_id IS NOT NULL AND s.status IN ('dead', 'cancelled')
+	ORDER BY s.workflow_id, s.status = 'dead' DESC, s.step
+), ended_workflows AS (
+	UPDATE workflows w SET status = CASE WHEN f.status = 'dead' THEN 'failed' ELSE 'cancelled' END,
+		finished_at = now(), updated_at = now()
+	FROM failed_steps f
+	WHERE w.id = f.workflow_id AND w.status = 'running' AND w.generation = f.generation
+	RETURNING w.id, w.status, f.step, f.status AS step_status, f.by_task
+), cascade_targets AS MATERIALIZED (
+	-- Locked first, so that the status each had is the one the cascade changes.
+	SELECT t.id, t.status, e.step AS cause, e.step_status, e.by_task
+	FROM ended_workflows e JOIN workflow_steps ws ON ws.workflow_id = e.id
+	JOIN tasks t ON t.id = ws.task_id
+	WHERE t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
+		AND t.id NOT IN (SELECT id FROM released)
+	ORDER BY t.id
+	FOR UPDATE OF t
+), cascaded AS (
+	UPDATE tasks t SET
+		status = CASE WHEN t.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
+		cancel_requested = (t.status = 'executing'),
+		finished_at = CASE WHEN t.status = 'executing' THEN t.finished_at ELSE now() END,
+		last_error = 'workflow step ' || c.cause
+			|| CASE WHEN c.step_status = 'dead' THEN ' died' ELSE ' was cancelled' END,
+		updated_at = now()
+	FROM cascade_targets c
+	WHERE t.id = c.id
+	RETURNING t.id, t.queue, t.step, t.attempts, t.workflow_id, c.status AS from_status, c.by_task
+), step_effects AS (
+	SELECT e.by_task AS effect_of,
+		jsonb_build_object('workflow_ended', e.status, 'cascaded', coalesce(c.list, '[]'::jsonb)) AS effects
+	FROM ended_workflows e
+	LEFT JOIN (SELECT by_task, jsonb_agg(jsonb_build_object('id', id, 'queue', queue, 'step', step,
+			'workflow_id', workflow_id, 'attempts', attempts, 'from_status', from_status) ORDER BY id) AS list
+		FROM cascaded GROUP BY by_task) c ON c.by_task = e.by_task
+)
+SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
+	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
+	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
+	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
+	workflow_id, step, fx.effects AS wf_effects FROM released
+LEFT JOIN step_effects fx ON fx.effect_of = released.id

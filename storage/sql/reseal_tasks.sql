@@ -1,0 +1,14 @@
+-- name: reseal_tasks
+-- reseal_tasks stores re-sealed payloads, results, last errors and progress.
+--
+-- Parameters:
+--   $1 uuid[]: the id of each row
+--   $2 text[]: the payload of each row
+--   $3 text[]: the result of each row
+--   $4 text[]: the last_error of each row
+--   $5 text[]: the progress of each row
+-- Returns: no rows.
+UPDATE tasks t SET payload = u.payload::jsonb, result = u.result::jsonb, last_error = u.last_error,
+	progress = u.progress::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, payload, result, last_error, progress)
+WHERE t.id = u.id

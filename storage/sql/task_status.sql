@@ -1,0 +1,7 @@
+-- name: task_status
+--
+-- Parameters:
+--   $1 text: the queue
+--   $2 uuid: the id
+-- Returns: status.
+SELECT status FROM tasks WHERE queue = $1 AND id = $2
