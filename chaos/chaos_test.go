@@ -133,14 +133,10 @@ func TestChaosLosesNothing(t *testing.T) {
 
 	in := &injector{h: h}
 	for _, f := range schedule {
-		if d := time.Until(h.start.Add(f.At)); d > 0 {
-			time.Sleep(d) // the fault's place in the schedule
-		}
+		hold(time.Until(h.start.Add(f.At))) // the fault's place in the schedule
 		in.run(f)
 	}
-	if d := time.Until(h.start.Add(cfg.Window)); d > 0 {
-		time.Sleep(d) // the rest of the fault window: crash points still fire
-	}
+	hold(time.Until(h.start.Add(cfg.Window))) // the rest of the fault window: crash points still fire
 
 	// Settle: crash points off (a graceful restart of the replicas that had them),
 	// every worker running, and wait for every task to end.

@@ -133,7 +133,7 @@ func (h *harness) enqueueOne(ctx context.Context, p plan, r enqueueRequest, l *e
 			l.problem("enqueue %s (first key %s): no 2xx within 2 minutes; last: %d %v", path, keys[0], status, err)
 			return
 		}
-		time.Sleep(200 * time.Millisecond) // retry backoff through an outage
+		backoff(200 * time.Millisecond)
 	}
 }
 

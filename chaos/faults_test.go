@@ -65,7 +65,7 @@ func (in *injector) run(f fault) {
 			names = append(names, id)
 		}
 		e.Target = strings.Join(names, ",")
-		time.Sleep(f.Down) // the time the workers stay dead: part of the schedule
+		hold(f.Down) // the time the workers stay dead: part of the schedule
 		for _, w := range victims {
 			if err := w.start(); err != nil {
 				t.Fatalf("restart worker: %v", err)
@@ -79,7 +79,7 @@ func (in *injector) run(f fault) {
 		r := h.replica[f.Target]
 		e := &event{Kind: string(f.Kind), Target: r.name(), At: time.Now()}
 		r.kill()
-		time.Sleep(f.Down) // the time the replica stays dead: part of the schedule
+		hold(f.Down) // the time the replica stays dead: part of the schedule
 		r.release()
 		if r.waitReady(30 * time.Second) {
 			e.Back = time.Now()
@@ -97,7 +97,7 @@ func (in *injector) run(f fault) {
 	case faultRedisRestart:
 		e := &event{Kind: string(f.Kind), Target: "redis", At: time.Now()}
 		h.redis.Kill()
-		time.Sleep(f.Down) // the time Redis stays dead: part of the schedule
+		hold(f.Down) // the time Redis stays dead: part of the schedule
 		h.redis.Restart(t)
 		e.Back = time.Now()
 		h.addEvent(e)
@@ -116,7 +116,7 @@ func (in *injector) run(f fault) {
 		if err := h.pg.Kill(); err != nil {
 			t.Fatalf("kill PostgreSQL: %v", err)
 		}
-		time.Sleep(f.Down) // the time PostgreSQL stays dead: part of the schedule
+		hold(f.Down) // the time PostgreSQL stays dead: part of the schedule
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		err := h.pg.Restart(ctx) // crash recovery
 		cancel()
@@ -154,7 +154,7 @@ func (in *injector) run(f fault) {
 		e := &event{Kind: string(f.Kind), Target: r.name(), At: time.Now()}
 		r.pgProxy.Cut()
 		r.redisProxy.Cut()
-		time.Sleep(f.Down) // the partition's length: part of the schedule
+		hold(f.Down) // the partition's length: part of the schedule
 		r.pgProxy.Restore()
 		r.redisProxy.Restore()
 		e.Back = time.Now()
@@ -190,7 +190,7 @@ func (in *injector) term(f fault) {
 		p.kill()
 		e.Note += "; still running 20 s after SIGTERM, killed"
 	}
-	time.Sleep(f.Down) // the time the worker stays stopped: part of the schedule
+	hold(f.Down) // the time the worker stays stopped: part of the schedule
 	if err := w.start(); err != nil {
 		h.t.Fatalf("restart worker: %v", err)
 	}
@@ -225,7 +225,7 @@ func flushAll(addr string) error {
 		if err = flushAllOnce(addr); err == nil {
 			return nil
 		}
-		time.Sleep(100 * time.Millisecond) // retry backoff
+		backoff(100 * time.Millisecond)
 	}
 	return err
 }
@@ -471,7 +471,7 @@ func (in *injector) takeProbeLeaseOf(workerID, task string) (polledLease, error)
 		status, data, err := h.call(context.Background(), http.MethodPost, "/workers/poll", map[string]any{
 			"worker_id": workerID, "queues": []string{queueProbe}, "max_tasks": 1, "wait_ms": 1000}, nil)
 		if err != nil || status != http.StatusOK {
-			time.Sleep(100 * time.Millisecond) // retry backoff through an outage
+			backoff(100 * time.Millisecond)
 			continue
 		}
 		var out struct {

@@ -406,7 +406,7 @@ func (r *replica) supervise() {
 			r.h.addEvent(&event{Kind: "crashpoint:" + m[1], Target: r.name(), At: time.Now()})
 			pause = 100 * time.Millisecond
 		}
-		time.Sleep(pause) // restart delay: part of the schedule, not synchronisation
+		hold(pause) // restart delay: part of the schedule, not synchronisation
 	}
 }
 
@@ -482,20 +482,16 @@ func (r *replica) stop() {
 
 // waitReady polls /readyz until it answers 200 or timeout passes.
 func (r *replica) waitReady(timeout time.Duration) bool {
-	start := time.Now()
 	c := &http.Client{Timeout: time.Second}
-	for time.Since(start) < timeout {
+	return poll(timeout, func() bool {
 		resp, err := c.Get(r.URL + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return true
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition
-	}
-	return false
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 // workerSlot is one of the eight reference workers; each restart is a new
@@ -715,7 +711,7 @@ func (h *harness) mustCall(method, path string, body any, timeout time.Duration)
 			}
 			return status, data, fmt.Errorf("%s %s: no definitive answer within %s: %w", method, path, timeout, err)
 		}
-		time.Sleep(100 * time.Millisecond) // retry backoff through an outage
+		backoff(100 * time.Millisecond)
 	}
 }
 
@@ -729,20 +725,39 @@ func (h *harness) dbRetry(timeout time.Duration, fn func(ctx context.Context) er
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(100 * time.Millisecond) // retry backoff through an outage
+		backoff(100 * time.Millisecond)
 	}
 }
 
-// poll waits up to timeout for cond, checking every 20 ms.
+// poll waits up to timeout for cond, checking every 20 ms. Its conditions are
+// other processes' states (a replica ready, a worker holding a task, a row in
+// PostgreSQL), which send this process no event.
 func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // another process's state: no signal reaches this one
 	}
 	return true
+}
+
+// hold lets d of real time pass (none when d <= 0). The chaos run is a schedule of
+// faults against separate processes: when a fault strikes and how long a process
+// stays dead, paused or cut off are what the test is about, and no event stands in
+// for elapsed time. Every wait of the schedule goes through here.
+func hold(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d) // elapsed time is what the schedule asks for: no signal serves
+	}
+}
+
+// backoff pauses before the next try of a call through an outage. The outage is
+// another process's (PostgreSQL, Redis, a replica killed or cut off), and its end
+// tells this process nothing: trying again is the only way to learn of it.
+func backoff(d time.Duration) {
+	time.Sleep(d) // the end of another process's outage sends no signal
 }
 
 // tailFile returns the last n lines of a file.

@@ -220,6 +220,6 @@ func stopFor(pid int, d time.Duration) error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return err
 	}
-	time.Sleep(d) // the pause's length: part of the schedule
+	hold(d) // the pause's length: part of the schedule
 	return syscall.Kill(pid, syscall.SIGCONT)
 }

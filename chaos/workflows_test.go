@@ -299,7 +299,7 @@ func (h *harness) submitWorkflow(ctx context.Context, w wfSpec, l *wfLedger) {
 		default:
 			l.failed++
 			l.mu.Unlock()
-			time.Sleep(200 * time.Millisecond) // retry backoff through an outage
+			backoff(200 * time.Millisecond)
 			continue
 		}
 		l.mu.Unlock()
