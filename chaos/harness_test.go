@@ -743,22 +743,14 @@ func poll(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-// hold lets d of real time pass (none when d <= 0). The chaos run is a schedule of
-// faults against separate processes: when a fault strikes and how long a process
-// stays dead, paused or cut off are what the test is about, and no event stands in
-// for elapsed time. Every wait of the schedule goes through here.
-func hold(d time.Duration) {
-	if d > 0 {
-		time.Sleep(d) // elapsed time is what the schedule asks for: no signal serves
-	}
-}
+// hold lets d of the fault schedule's real time pass: when a fault strikes and how
+// long a process stays dead, paused or cut off are what the run is about.
+func hold(d time.Duration) { testenv.Elapse(d) }
 
 // backoff pauses before the next try of a call through an outage. The outage is
 // another process's (PostgreSQL, Redis, a replica killed or cut off), and its end
 // tells this process nothing: trying again is the only way to learn of it.
-func backoff(d time.Duration) {
-	time.Sleep(d) // the end of another process's outage sends no signal
-}
+func backoff(d time.Duration) { testenv.Elapse(d) }
 
 // tailFile returns the last n lines of a file.
 func tailFile(path string, n int) string {
