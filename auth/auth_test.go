@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/auth"
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/server"
 )
@@ -205,79 +206,73 @@ func TestRestrictedTokens(t *testing.T) {
 // TestExpiredTokenRefused: a token past its expiry gets 401 although it is cached.
 func TestExpiredTokenRefused(t *testing.T) {
 	t.Parallel()
-	in := start(t, nil)
-	tok, _ := mint(t, in, auth.Spec{Role: auth.RoleAdmin, TTL: 1500 * time.Millisecond})
+	var clock testenv.Clock
+	clock.Set(time.Now())
+	in := start(t, func(c *server.Config) { c.Auth.Now = clock.Now })
+	tok, _ := mint(t, in, auth.Spec{Role: auth.RoleAdmin, TTL: time.Hour})
 	_, _ = mint(t, in, auth.Spec{Role: auth.RoleAdmin})
 	must(t, in, 200, request{method: "GET", path: "/queues", token: tok})
-	testserver.Eventually(t, 5*time.Second, "the token to expire", func() bool {
-		return send(t, in, request{method: "GET", path: "/queues", token: tok}).Status == 401
-	})
+	clock.Set(time.Now().Add(time.Hour + time.Minute))
+	must(t, in, 401, request{method: "GET", path: "/queues", token: tok})
 }
 
-// TestFloodRateLimit: one token hammering the API gets 429 with Retry-After, while
-// another token's requests keep succeeding.
+// TestFloodRateLimit: one token hammering the API gets 429 with Retry-After once
+// its burst is spent, and its rate's worth more once the clock moves on, while
+// another token's requests keep succeeding. The guard runs on a test clock, so
+// the figures are exact: no request's timing decides them.
 func TestFloodRateLimit(t *testing.T) {
 	t.Parallel()
-	in := start(t, func(c *server.Config) { c.Auth.RateLimit = 50; c.Auth.RateBurst = 50 })
+	var clock testenv.Clock
+	clock.Set(time.Now())
+	in := start(t, func(c *server.Config) { c.Auth.RateLimit = 50; c.Auth.RateBurst = 50; c.Auth.Now = clock.Now })
 	flooder, _ := mint(t, in, auth.Spec{Role: auth.RoleProducer})
 	calm, _ := mint(t, in, auth.Spec{Role: auth.RoleProducer})
 	_, _ = mint(t, in, auth.Spec{Role: auth.RoleAdmin})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var ok, limited, other atomic.Int64
-	var retryAfter atomic.Value
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, "GET", in.URL+"/queues", nil)
-				req.Header.Set("Authorization", "Bearer "+flooder)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return
+	// flood sends n requests as the flooder from 8 goroutines at once.
+	flood := func(n int) (ok, limited, other int64, retryAfter string) {
+		var okN, limitedN, otherN atomic.Int64
+		var ra atomic.Value
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(n) {
+					r := send(t, in, request{method: "GET", path: "/queues", token: flooder})
+					switch r.Status {
+					case 200:
+						okN.Add(1)
+					case 429:
+						limitedN.Add(1)
+						ra.Store(r.Header.Get("Retry-After"))
+					default:
+						otherN.Add(1)
+					}
 				}
-				resp.Body.Close()
-				switch resp.StatusCode {
-				case 200:
-					ok.Add(1)
-				case 429:
-					limited.Add(1)
-					retryAfter.Store(resp.Header.Get("Retry-After"))
-				default:
-					other.Add(1)
-				}
-			}
-		}()
-	}
-	calmOK, calmTotal := 0, 0
-	for ctx.Err() == nil {
-		r := send(t, in, request{method: "GET", path: "/queues", token: calm})
-		calmTotal++
-		if r.Status == 200 {
-			calmOK++
+			}()
 		}
-		time.Sleep(20 * time.Millisecond) // the calm caller's own pace (about 50/s), not synchronisation
+		wg.Wait()
+		retryAfter, _ = ra.Load().(string)
+		return okN.Load(), limitedN.Load(), otherN.Load(), retryAfter
 	}
-	wg.Wait()
-	t.Logf("flooder: %d ok, %d rate-limited, %d other in 2s; calm token: %d/%d ok",
-		ok.Load(), limited.Load(), other.Load(), calmOK, calmTotal)
-	if limited.Load() == 0 || other.Load() != 0 {
-		t.Fatalf("flooder got %d 429s and %d other failures", limited.Load(), other.Load())
-	}
-	// 50 burst + 50/s for ~2s ≈ 150 (allow scheduling slack).
-	if ok.Load() > 200 {
-		t.Fatalf("flooder got %d requests through, want at most about 150", ok.Load())
-	}
-	if ra, _ := retryAfter.Load().(string); ra == "" {
-		t.Fatal("429 without Retry-After")
-	} else if n, err := strconv.Atoi(ra); err != nil || n < 1 {
-		t.Fatalf("Retry-After %q", ra)
-	}
-	if calmOK != calmTotal {
-		t.Fatalf("calm token: only %d of %d requests succeeded", calmOK, calmTotal)
+	for round, elapsed := range []time.Duration{0, time.Second} {
+		clock.Advance(elapsed)
+		ok, limited, other, ra := flood(120)
+		t.Logf("round %d: flooder %d ok, %d rate-limited, %d other", round, ok, limited, other)
+		// The burst at first; then a second's worth at 50/s, capped by the burst.
+		if ok != 50 || limited != 70 || other != 0 {
+			t.Fatalf("round %d: flooder got %d ok, %d 429, %d other; want 50, 70, 0", round, ok, limited, other)
+		}
+		if n, err := strconv.Atoi(ra); err != nil || n < 1 {
+			t.Fatalf("round %d: 429 with Retry-After %q", round, ra)
+		}
+		for i := range 20 {
+			if r := send(t, in, request{method: "GET", path: "/queues", token: calm}); r.Status != 200 {
+				t.Fatalf("round %d: calm token's request %d: %d %s", round, i, r.Status, r.Body)
+			}
+		}
 	}
 	must(t, in, 200, request{method: "GET", path: "/healthz"})
 }
