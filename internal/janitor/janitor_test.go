@@ -17,7 +17,7 @@ import (
 
 	"github.com/taskforge/taskforge/internal/janitor"
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -272,27 +272,27 @@ func TestRunSweepsEveryIntervalAndStopsWithContext(t *testing.T) {
 	pool, store := setup(t)
 	insertFinished(t, pool, 100, 3*time.Hour, 2*time.Hour)
 	insertFinished(t, pool, 10, 3*time.Hour, 30*time.Minute) // inside a 1 h retention
-	j := janitor.New(store, janitor.Config{Retention: time.Hour, Interval: 50 * time.Millisecond}, quiet)
-	var sweeps atomic.Int64
-	j.OnBatch = func(b janitor.Batch) {
-		if b.Table == "workers" { // the last batch of each sweep
-			sweeps.Add(1)
-		}
-	}
+	var sweeps testsignal.Signal[janitor.Sweep]
+	sweeps.Init()
+	j := janitor.New(store, janitor.Config{Retention: time.Hour, Interval: 50 * time.Millisecond, OnSweep: sweeps.Signal}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
 
-	testserver.Eventually(t, 10*time.Second, "first sweep", func() bool {
-		return count(t, pool, `SELECT count(*) FROM tasks`) == 10
-	})
-	// Work that expires later goes at a later sweep.
+	if sw := sweeps.WaitOrTimeout(t, "the first sweep"); sw.Err != nil || sw.Deleted < 100 {
+		t.Fatalf("first sweep: deleted %d (%v), want at least the 100 expired tasks", sw.Deleted, sw.Err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM tasks`); n != 10 {
+		t.Fatalf("%d tasks left after the first sweep, want the 10 inside the retention", n)
+	}
+	// Work that expires later goes at a later sweep: the first to start after it.
 	insertFinished(t, pool, 50, 3*time.Hour, 2*time.Hour)
-	// A sweep's deletes show before its last batch (workers) is reported, so
-	// wait for both rather than read the count of sweeps once the rows are gone.
-	testserver.Eventually(t, 10*time.Second, "a later sweep", func() bool {
-		return count(t, pool, `SELECT count(*) FROM tasks`) == 10 && sweeps.Load() >= 2
-	})
+	sweeps.Drain()
+	sweeps.WaitOrTimeout(t, "a sweep that may have begun before the insert")
+	sweeps.WaitOrTimeout(t, "a sweep that began after the insert")
+	if n := count(t, pool, `SELECT count(*) FROM tasks`); n != 10 {
+		t.Fatalf("%d tasks left after a later sweep, want 10", n)
+	}
 	cancel()
 	select {
 	case err := <-done:
