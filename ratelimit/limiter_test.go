@@ -85,6 +85,7 @@ func TestBucketMatchesModelOnRedis(t *testing.T) {
 		b := buffer.New(rdb, prefix+":"+uuid.NewString()[:8])
 		fill(t, b, 1000)
 		// Real time: steps are whatever passes between calls, plus an occasional nap.
+		// The bucket reads Redis's TIME, which no test can set: only real time moves it.
 		checkBucket(rt, b, func(rt *rapid.T) {
 			if rapid.IntRange(0, 4).Draw(rt, "nap") == 0 {
 				time.Sleep(time.Duration(rapid.IntRange(1, 15).Draw(rt, "nap_ms")) * time.Millisecond)

@@ -35,6 +35,8 @@ func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	g.mu.Unlock()
 	switch kind {
 	case "slow":
+		// The handler's duration is the point: the worker measures it on the wall
+		// clock to decide whether to prefetch.
 		time.Sleep(client.DefaultPrefetchBelow + 50*time.Millisecond)
 	case "hold":
 		select {

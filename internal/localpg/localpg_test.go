@@ -309,7 +309,7 @@ func TestCallerDeathStopsServer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("server on port %d still running after its caller died", port)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a process this one did not start exits: no signal reaches it
 	}
 	for {
 		pid, _ := readPostmasterPID(dataDir)
@@ -319,7 +319,7 @@ func TestCallerDeathStopsServer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("postmaster %d still alive after its caller died", pid)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // as above: another process's exit
 	}
 	runDir := filepath.Dir(dataDir)
 	if _, err := os.Stat(runDir); err != nil {
