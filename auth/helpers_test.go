@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/auth"
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/server"
 )
@@ -22,6 +23,25 @@ func start(t *testing.T, configure func(*server.Config)) *testserver.Instance {
 	t.Helper()
 	return testserver.Start(t, testserver.Options{Configure: configure})
 }
+
+// startClocked starts a replica whose guard runs on the returned clock, set to now:
+// a test moves it past the token cache's age (auth.Config.CacheTTL, 1 s) instead
+// of waiting for the cache to expire.
+func startClocked(t *testing.T, configure func(*server.Config)) (*testserver.Instance, *testenv.Clock) {
+	t.Helper()
+	clock := &testenv.Clock{}
+	clock.Set(time.Now())
+	return start(t, func(c *server.Config) {
+		c.Auth.Now = clock.Now
+		if configure != nil {
+			configure(c)
+		}
+	}), clock
+}
+
+// cacheAge is how far a test moves the guard's clock for its token cache to be
+// reloaded: the default CacheTTL.
+const cacheAge = time.Second
 
 // mint creates a token directly in the replica's database and returns its secret.
 func mint(t *testing.T, in *testserver.Instance, spec auth.Spec) (string, string) {
