@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ func benchCommand() *cobra.Command {
 		latLayout, victims, survivors   string
 		scaleQueues, scaleRows          string
 		quiet                           bool
+		workerCommands                  = defaultWorkerCommands()
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -90,6 +92,9 @@ Exit status 1 when a step failed or a check did not hold.`,
 					return usagef("--e6-variants: unknown variant %q (want default, short)", name)
 				}
 				cfg.E6.Variants = append(cfg.E6.Variants, bench.DefaultLeaseVariants[i])
+			}
+			if cfg.Language != bench.LanguageGo {
+				cfg.WorkerCommand = languageCommand(workerCommands[cfg.Language])
 			}
 			if err := cfg.WithDefaults().Validate(); err != nil {
 				return usageError(err)
@@ -160,6 +165,9 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.DurationVar(&cfg.Scale.ScrapeEvery, "scale-scrape-every", 2500*time.Millisecond, "scale: pause between metrics scrapes in the rows window")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
 	fs.StringArrayVar(&cfg.ServeEnv, "serve-env", nil, serveEnvUsage)
+	fs.StringVar(&cfg.Language, "language", bench.LanguageGo, "the SDK whose worker runs the layouts: "+strings.Join(bench.Languages, ", "))
+	fs.StringArrayVar(&cfg.WorkerEnv, "worker-env", nil, "a setting KEY=VALUE for every worker process (repeatable): --worker-env TASKFORGE_CPROFILE=/tmp/w.prof")
+	languageFlags(cmd, "worker", workerCommands)
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the processes' logs (default: a temporary one, removed unless a step fails)")
 	fs.BoolVar(&cfg.KeepWorkDir, "keep-logs", false, "keep the processes' logs")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line on stderr")
@@ -175,9 +183,11 @@ const serveEnvUsage = "a setting KEY=VALUE for every serve process, on top of it
 // Asynq (the peers program of internal/bench/peers), round after round, as ratios.
 func benchCompareCommand() *cobra.Command {
 	var (
-		cc               bench.CompareConfig
-		jsonOut, workers string
-		quiet            bool
+		cc                          bench.CompareConfig
+		jsonOut, workers, languages string
+		quiet                       bool
+		workerCommands              = defaultWorkerCommands()
+		peerCommands                = defaultPeerCommands()
 	)
 	cmd := &cobra.Command{
 		Use:   "compare --peers PROGRAM",
@@ -210,6 +220,14 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 				}
 				cc.Workers = append(cc.Workers, n)
 			}
+			cc.Languages = splitList(languages)
+			cc.LanguagePeers, cc.WorkerCommands = map[string][]string{}, map[string][]string{}
+			for _, lang := range cc.Languages {
+				if lang != bench.LanguageGo {
+					cc.LanguagePeers[lang] = languageCommand(peerCommands[lang])
+					cc.WorkerCommands[lang] = languageCommand(workerCommands[lang])
+				}
+			}
 			if err := cc.Validate(); err != nil {
 				return usageError(err)
 			}
@@ -238,7 +256,7 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&cc.Peers, "peers", "", "the built peers program (internal/bench/peers)")
+	fs.StringVar(&cc.Peers, "peers", "", "the built Go peers program (internal/bench/peers)")
 	fs.StringVar(&jsonOut, "json", "", "write both sides' figures and the ratios to this JSON file")
 	benchServerFlags(cmd, &cc.Bench.DatabaseURL, &cc.Bench.RedisURL)
 	fs.IntVar(&cc.Rounds, "rounds", 3, "rounds of both sides; ratios are medians over them")
@@ -249,9 +267,57 @@ Exit status 1 when a round failed; a missed target is not a failure.`,
 	fs.IntVar(&cc.LatencyTasks, "latency-tasks", 1000, "tasks of the latency stream (100 a second)")
 	fs.IntVar(&cc.EnqueueTasks, "enqueue-tasks", 1000, "enqueues timed back to back")
 	fs.StringArrayVar(&cc.Bench.ServeEnv, "serve-env", nil, serveEnvUsage)
+	fs.StringVar(&languages, "languages", bench.LanguageGo, "languages whose SDK is compared with that language's peers: "+strings.Join(bench.Languages, ","))
+	languageFlags(cmd, "worker", workerCommands)
+	languageFlags(cmd, "peers", peerCommands)
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	return cmd
+}
+
+// defaultWorkerCommands and defaultPeerCommands are the commands, relative to
+// the repository's root, of each language's SDK benchmark worker and peers
+// program; flags (languageFlags) override them.
+func defaultWorkerCommands() map[string]*string {
+	return map[string]*string{
+		bench.LanguageTypeScript: ptr("node sdk/typescript/dist/bench/worker.js"),
+		bench.LanguagePython:     ptr("python3 sdk/python/bench/worker.py"),
+	}
+}
+
+func defaultPeerCommands() map[string]*string {
+	return map[string]*string{
+		bench.LanguageTypeScript: ptr("node internal/bench/peers/node/peers.mjs"),
+		bench.LanguagePython:     ptr("/usr/bin/python3 internal/bench/peers/python/peers.py"),
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+// languageFlags registers --<kind>-typescript and --<kind>-python, each a
+// command (words split at spaces) overriding the entry of commands.
+func languageFlags(cmd *cobra.Command, kind string, commands map[string]*string) {
+	for _, lang := range []string{bench.LanguageTypeScript, bench.LanguagePython} {
+		what := "the SDK's benchmark worker"
+		if kind == "peers" {
+			what = "the peers program"
+		}
+		cmd.Flags().StringVar(commands[lang], kind+"-"+lang, *commands[lang], fmt.Sprintf("%s of %s (paths relative to the repository's root)", what, lang))
+	}
+}
+
+// languageCommand splits a command at spaces and makes its relative file
+// arguments absolute, so that it runs from any directory.
+func languageCommand(command *string) []string {
+	words := strings.Fields(*command)
+	for i, w := range words {
+		if i > 0 && !filepath.IsAbs(w) && strings.Contains(w, "/") {
+			if abs, err := filepath.Abs(w); err == nil {
+				words[i] = abs
+			}
+		}
+	}
+	return words
 }
 
 // benchServerFlags registers --database-url and --redis-url, whose defaults come from

@@ -160,6 +160,16 @@ func ParseLayouts(s string) ([]Layout, error) {
 	return out, nil
 }
 
+// The languages whose SDK a run can measure (Config.Language).
+const (
+	LanguageGo         = "go"
+	LanguageTypeScript = "typescript"
+	LanguagePython     = "python"
+)
+
+// Languages lists them.
+var Languages = []string{LanguageGo, LanguageTypeScript, LanguagePython}
+
 // DrainConfig sizes a drain experiment (E1, E2, E5): Tasks are enqueued while the
 // queue is paused, then drained by each layout in turn.
 type DrainConfig struct {
@@ -289,6 +299,20 @@ type Config struct {
 	E6      RecoveryConfig `json:"e6"`
 	Scale   ScaleConfig    `json:"scale"`
 
+	// Language names the SDK whose worker runs the layouts without a protocol:
+	// "go" (the reference worker, `taskforge worker`), "typescript" or
+	// "python". Defaults to "go".
+	Language string `json:"language,omitempty"`
+	// WorkerCommand runs one worker of a Language other than Go (with its
+	// arguments, e.g. node sdk/typescript/dist/bench/worker.js); the harness sets
+	// TASKFORGE_URL, QUEUE, HANDLER (noop or sleep), CONCURRENCY, PREFETCH (when
+	// the layout sets one) and WORKER_ID in its environment. Protocol layouts
+	// (plain, batched) always run the reference worker.
+	WorkerCommand []string `json:"worker_command,omitempty"`
+	// WorkerEnv are settings (KEY=VALUE) every worker process gets on top of
+	// the harness's (TASKFORGE_CPROFILE=FILE to profile a Python worker).
+	WorkerEnv []string `json:"worker_env,omitempty"`
+
 	// ServeEnv are settings (KEY=VALUE) every serve process gets on top of its
 	// defaults, to measure one: GOMAXPROCS=1, GOGC=200, TASKFORGE_DISPATCH_INTERVAL=100ms.
 	// A step's own settings (E6's lease variants) win over them; the ones the
@@ -310,6 +334,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.DatabaseURL = cmp.Or(c.DatabaseURL, DefaultDatabaseURL)
 	c.RedisURL = cmp.Or(c.RedisURL, DefaultRedisURL)
+	c.Language = cmp.Or(c.Language, LanguageGo)
 	c.Seed = cmp.Or(c.Seed, 1)
 	c.Runs = cmp.Or(c.Runs, 3)
 	c.CheckRuns = cmp.Or(c.CheckRuns, 1)
@@ -409,6 +434,12 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("scale: the idle window must be positive, settle and scrape pause not negative"))
 	}
 	errs = append(errs, checkServeEnv(c.ServeEnv)...)
+	if !slices.Contains(Languages, c.Language) {
+		errs = append(errs, fmt.Errorf("unknown language %q (want one of %s)", c.Language, strings.Join(Languages, ", ")))
+	}
+	if (c.Language == LanguageGo) != (len(c.WorkerCommand) == 0) {
+		errs = append(errs, fmt.Errorf("language %s: a worker command is needed for every language but go, and only for them", c.Language))
+	}
 	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
 		errs = append(errs, errors.New("scale: both curves are skipped"))
 	}

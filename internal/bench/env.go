@@ -234,11 +234,8 @@ func (s *step) startWorkers(ctx context.Context, layout Layout, handler, role st
 	var ids []string
 	for i := range layout.Procs {
 		id := fmt.Sprintf("%s-%s-%d", s.name, role, i)
-		args := []string{"worker", "--server", s.url, "--queue", s.name + "=" + handler,
-			"--concurrency", strconv.Itoa(layout.Concurrency), "--worker-id", id,
-			"--log-level", "warn", "--grace", "1s"}
-		args = append(args, layout.workerArgs()...)
-		p, err := s.r.procs.start(id, s.r.cfg.Binary, args, childEnv(workerEnv...), filepath.Join(s.r.work, id+".log"))
+		bin, args, env := s.workerCommand(layout, handler, id)
+		p, err := s.r.procs.start(id, bin, args, env, filepath.Join(s.r.work, id+".log"))
 		if err != nil {
 			return ps, ids, err
 		}
@@ -248,6 +245,25 @@ func (s *step) startWorkers(ctx context.Context, layout Layout, handler, role st
 	}
 	err := s.waitCount(ctx, "workers polling", registeredWorkers, []any{ids}, len(ids), startTimeout, ps, nil)
 	return ps, ids, err
+}
+
+// workerCommand is how one worker of the layout runs: the reference worker, or
+// for another language its Config.WorkerCommand, configured through the
+// environment.
+func (s *step) workerCommand(layout Layout, handler, id string) (bin string, args, env []string) {
+	c := s.r.cfg
+	if len(c.WorkerCommand) == 0 || layout.Protocol != "" {
+		args = []string{"worker", "--server", s.url, "--queue", s.name + "=" + handler,
+			"--concurrency", strconv.Itoa(layout.Concurrency), "--worker-id", id,
+			"--log-level", "warn", "--grace", "1s"}
+		return c.Binary, append(args, layout.workerArgs()...), childEnv(slices.Concat(workerEnv, c.WorkerEnv)...)
+	}
+	env = []string{"TASKFORGE_URL=" + s.url, "QUEUE=" + s.name, "HANDLER=" + handler,
+		"CONCURRENCY=" + strconv.Itoa(layout.Concurrency), "WORKER_ID=" + id}
+	if layout.Prefetch != 0 {
+		env = append(env, "PREFETCH="+strconv.Itoa(max(layout.Prefetch, 0)))
+	}
+	return c.WorkerCommand[0], c.WorkerCommand[1:], childEnv(slices.Concat(env, c.WorkerEnv)...)
 }
 
 // stopWorkers stops the given workers (SIGTERM, then SIGKILL).

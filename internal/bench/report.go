@@ -372,6 +372,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		m.LoadAvgBefore[0], m.LoadAvgBefore[1], m.LoadAvgBefore[2],
 		m.LoadAvgAfter[0], m.LoadAvgAfter[1], m.LoadAvgAfter[2], r.Config.Seed, m.Revision)
 	fmt.Fprintf(w, "PostgreSQL settings: %s\n", m.settingsLine())
+	if r.Config.Language != "" && r.Config.Language != LanguageGo {
+		fmt.Fprintf(w, "workers without a protocol: the %s SDK's (%s)\n", r.Config.Language, strings.Join(r.Config.WorkerCommand, " "))
+	}
 	if len(r.Config.ServeEnv) > 0 {
 		fmt.Fprintf(w, "serve ran with %s\n", strings.Join(r.Config.ServeEnv, " "))
 	}

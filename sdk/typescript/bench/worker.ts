@@ -1,6 +1,8 @@
-// The TypeScript counterpart of `taskforge worker --queue Q=sleep` for bench/e2.ts:
-// sleeps each task's payload.ms, then acks. Env: TASKFORGE_URL, QUEUE, CONCURRENCY,
-// PREFETCH (default the runtime's), WORKER_ID. Stops gracefully on SIGTERM or SIGINT.
+// The TypeScript counterpart of `taskforge worker --queue Q=HANDLER`, for bench/e2.ts
+// and the benchmark harness (`taskforge bench --language typescript`): "noop"
+// returns at once, "sleep" (the default) sleeps each task's payload.ms, then acks.
+// Env: TASKFORGE_URL, QUEUE, HANDLER, CONCURRENCY, PREFETCH (default the runtime's),
+// WORKER_ID. Stops gracefully on SIGTERM or SIGINT.
 
 import { Client, Worker, shutdownSignal } from "../src/index.js";
 
@@ -17,10 +19,14 @@ const w = new Worker(new Client(env["TASKFORGE_URL"], env["COUNT"] ? { fetch: co
   ...(env["WORKER_ID"] ? { id: env["WORKER_ID"] } : {}),
   ...(env["PREFETCH"] !== undefined ? { prefetch: Number(env["PREFETCH"]) } : {}),
 });
-w.handle(env["QUEUE"]!, (job) => new Promise<void>((resolve) => {
-  const t = setTimeout(resolve, (job.payload as { ms: number }).ms);
-  job.signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
-}));
+if (env["HANDLER"] === "noop") {
+  w.handle(env["QUEUE"]!, () => undefined);
+} else {
+  w.handle(env["QUEUE"]!, (job) => new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, (job.payload as { ms: number }).ms);
+    job.signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+  }));
+}
 const stop = shutdownSignal();
 await w.run(stop.signal);
 stop.dispose();
