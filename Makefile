@@ -115,7 +115,7 @@ COMPARE_FLAGS ?=
 # Asynq), typescript (graphile-worker, BullMQ: npm packages pinned by
 # internal/bench/peers/node/package-lock.json) and python (Celery, RQ: Debian's
 # python3-celery and python3-rq).
-LANGUAGES     ?= go,typescript
+LANGUAGES     ?= go,typescript,python
 
 .PHONY: bench-peers bench-compare bench-compare-quick peers peers-node sdk-bench
 
