@@ -117,7 +117,7 @@ COMPARE_FLAGS ?=
 # python3-celery and python3-rq).
 LANGUAGES     ?= go,typescript,python
 
-.PHONY: bench-peers bench-compare bench-compare-quick peers peers-node sdk-bench
+.PHONY: bench-peers bench-compare bench-compare-quick peers peers-node peers-python sdk-bench
 
 peers: ## Build the River/Asynq peers program into bin/peers
 	mkdir -p bin
@@ -126,15 +126,19 @@ peers: ## Build the River/Asynq peers program into bin/peers
 peers-node: ## Install graphile-worker and BullMQ for the Node.js peers (internal/bench/peers/node, from its lockfile)
 	cd internal/bench/peers/node && npm ci --no-audit --no-fund
 
+peers-python: ## Install Debian's python3-celery and python3-rq for the Python peers (internal/bench/peers/python) when missing
+	/usr/bin/python3 -c 'import celery, rq' 2>/dev/null || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3-celery python3-rq)
+
 sdk-bench: ## Build the TypeScript SDK and its benchmark worker (sdk/typescript/dist)
 	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build
 
 bench-peers: peers ## River and Asynq on TaskForge's workloads; table on stdout, figures in $(PEERS_JSON)
 	./bin/peers --json $(PEERS_JSON) $(PEERS_FLAGS)
 
-bench-compare: build peers peers-node sdk-bench ## Each SDK of LANGUAGES against its language's peers, 3 rounds; ratios on stdout, figures in $(COMPARE_JSON)
+bench-compare: build peers peers-node peers-python sdk-bench ## Each SDK of LANGUAGES against its language's peers, 3 rounds; ratios on stdout, figures in $(COMPARE_JSON)
 	./$(BIN) bench compare --peers bin/peers --languages $(LANGUAGES) --json $(COMPARE_JSON) $(COMPARE_FLAGS)
 
-bench-compare-quick: build peers peers-node sdk-bench ## bench-compare at small sizes, one round (a few minutes): a first look, not figures to publish
+bench-compare-quick: build peers peers-node peers-python sdk-bench ## bench-compare at small sizes, one round (a few minutes): a first look, not figures to publish
 	./$(BIN) bench compare --peers bin/peers --languages $(LANGUAGES) --rounds 1 --tasks 2000 --e2-tasks 320 \
 	  --latency-tasks 300 --enqueue-tasks 200 --json $(COMPARE_JSON) $(COMPARE_FLAGS)
