@@ -1,11 +1,14 @@
-# syntax=docker/dockerfile:1
 # TaskForge's container image: one static binary (every command: serve, migrate,
 # worker, the client commands) plus a health probe, on an empty base, as a non-root
 # user. Build from the repository root: docker build -t taskforge .
+#
+# No `# syntax=` line: the Dockerfile frontend built into the engine's BuildKit reads
+# it, so a build needs no registry but for the build image. BUILD_IMAGE names another
+# Go image with the golang image's contract (go on PATH, GOPATH=/go, CA certificates);
+# compose/test/stack.sh passes one it makes locally.
+ARG BUILD_IMAGE=golang:1.26
 
-ARG GO_VERSION=1.26
-
-FROM golang:${GO_VERSION} AS build
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 # Modules first, so that a source change does not download them again. The Go
 # SDK (client/) is a module of its own that go.mod replaces with this copy.

@@ -49,13 +49,22 @@ clean:
 # HAProxy on 127.0.0.1:8080, and the reference worker. Settings: compose/.env.
 COMPOSE ?= docker compose -f compose/docker-compose.yml
 
-.PHONY: compose-up compose-down
+.PHONY: compose-up compose-down compose-test compose-test-down
 
 compose-up: ## Build the image and start the compose deployment; waits until it is healthy
 	$(COMPOSE) up -d --build --wait
 
 compose-down: ## Stop the compose deployment, keeping its volumes (COMPOSE_DOWN_FLAGS=-v deletes them)
 	$(COMPOSE) down $(COMPOSE_DOWN_FLAGS)
+
+# The deployment run for real on this machine, as root: compose/test/stack.sh starts a
+# private dockerd (no bridge, loopback only), builds every image locally and runs the
+# stack with compose/docker-compose.test.yml. Not in .ci/run: a cold run takes ~20 min.
+compose-test: ## Build and run the compose deployment on a private Docker engine and test it (root; ~20 min cold, ~2 warm)
+	TASKFORGE_COMPOSE_TEST=1 go test -count=1 -v -timeout 60m -run '^TestComposeDeployment$$' ./compose/
+
+compose-test-down: ## Take down what an interrupted compose-test left (keeps the cached base image)
+	compose/test/stack.sh down
 
 # End-to-end benchmarks (internal/bench/, docs/benchmarks.md): `taskforge bench` starts its own
 # serve and reference worker processes against a throwaway PostgreSQL configured as

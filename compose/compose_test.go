@@ -393,6 +393,13 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
 	}
+	// A `# syntax=` line would make every build fetch a frontend image from a registry.
+	if regexp.MustCompile(`(?mi)^#\s*syntax\s*=`).MatchString(text) {
+		t.Error("the Dockerfile names a frontend image (# syntax=): builds would need a registry")
+	}
+	if !regexp.MustCompile(`(?m)^ARG BUILD_IMAGE=golang:\S+\n+FROM \$\{BUILD_IMAGE\} AS build$`).MatchString(text) {
+		t.Error("the build stage must come from ARG BUILD_IMAGE (default golang:…), so a local Go image can stand in")
+	}
 	users := regexp.MustCompile(`(?m)^USER\s+(\S+)`).FindAllStringSubmatch(text, -1)
 	if len(users) == 0 || strings.HasPrefix(users[len(users)-1][1], "0") || strings.HasPrefix(users[len(users)-1][1], "root") {
 		t.Errorf("the image must run as a non-root user, USER lines: %v", users)
