@@ -1,24 +1,14 @@
 package api
 
 import (
-	"github.com/taskforge/taskforge/internal/view"
-
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/taskforge/taskforge/client/wire"
+	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
-
-// deadTask is a task as the dead-letter listing shows it. Its DiedAt hides
-// wire.Task's, which is omitted when nil: died_at is required here, null or not.
-type deadTask struct {
-	wire.Task
-	DiedAt *time.Time `json:"died_at"`
-}
 
 func (s *Server) listDead(c *gin.Context) {
 	queue := c.Param("name")
@@ -36,11 +26,11 @@ func (s *Server) listDead(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out := make([]deadTask, len(tasks))
+	out := make([]view.DeadTask, len(tasks))
 	for i, t := range tasks {
-		out[i] = deadTask{Task: view.Task(t), DiedAt: t.FinishedAt}
+		out[i] = view.Dead(t)
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": view.EncodeCursor(next)})
 }
 
 func (s *Server) replayOne(c *gin.Context) {

@@ -127,24 +127,3 @@ func FuzzQueueSettings(f *testing.F) {
 		}
 	})
 }
-
-func FuzzCursor(f *testing.F) {
-	f.Add("")
-	f.Add(*encodeCursor(&storage.Cursor{}))
-	f.Add("MjAyNi0wMS0wMVQwMDowMDowMFp8MDE5MGE0YTAtMDAwMC03MDAwLTgwMDAtMDAwMDAwMDAwMDAw")
-	f.Add("' OR 1=1 --")
-	f.Fuzz(func(t *testing.T, raw string) {
-		cur, err := decodeCursor(raw)
-		if err != nil {
-			requireClientError(t, err)
-			return
-		}
-		if cur == nil {
-			return
-		}
-		again, err := decodeCursor(*encodeCursor(cur))
-		if err != nil || !again.Time.Equal(cur.Time) || again.ID != cur.ID {
-			t.Fatalf("cursor %q does not round-trip: %v, %v", raw, again, err)
-		}
-	})
-}

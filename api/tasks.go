@@ -5,7 +5,6 @@ import (
 
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -247,42 +246,22 @@ func page(c *gin.Context) (int, *storage.Cursor, error) {
 	return limit, after, nil
 }
 
-func encodeCursor(cur *storage.Cursor) *string {
-	if cur == nil {
-		return nil
-	}
-	s := base64.RawURLEncoding.EncodeToString([]byte(cur.Time.UTC().Format(time.RFC3339Nano) + "|" + cur.ID.String()))
-	return &s
-}
-
+// decodeCursor is view.DecodeCursor with its error as a 400.
 func decodeCursor(raw string) (*storage.Cursor, error) {
-	if raw == "" {
-		return nil, nil
+	cur, err := view.DecodeCursor(raw)
+	if err != nil {
+		return nil, invalid("%v", err)
 	}
-	b, err := base64.RawURLEncoding.DecodeString(raw)
-	if err == nil {
-		ts, id, ok := strings.Cut(string(b), "|")
-		if ok {
-			t, errT := time.Parse(time.RFC3339Nano, ts)
-			u, errU := uuid.Parse(id)
-			if errT == nil && errU == nil {
-				return &storage.Cursor{Time: t, ID: u}, nil
-			}
-		}
-	}
-	return nil, invalid("cursor is not one this API returned")
+	return cur, nil
 }
 
+// queryTime is view.ParseTime of c's query parameter name, its error a 400.
 func queryTime(c *gin.Context, name string) (*time.Time, error) {
-	raw := c.Query(name)
-	if raw == "" {
-		return nil, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, raw)
+	t, err := view.ParseTime(name, c.Query(name))
 	if err != nil {
-		return nil, invalid("%s must be an RFC 3339 time", name)
+		return nil, invalid("%v", err)
 	}
-	return &t, nil
+	return t, nil
 }
 
 func (s *Server) listTasks(c *gin.Context) {
@@ -318,7 +297,7 @@ func (s *Server) listTasks(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": view.Tasks(tasks), "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"tasks": view.Tasks(tasks), "next_cursor": view.EncodeCursor(next)})
 }
 
 // cmpErr returns err when set, else fallback.

@@ -255,7 +255,7 @@ func (s *Server) listWorkflows(c *gin.Context) {
 			visible = append(visible, w)
 		}
 	}
-	c.JSON(http.StatusOK, gin.H{"workflows": view.Workflows(visible), "next_cursor": encodeCursor(next)})
+	c.JSON(http.StatusOK, gin.H{"workflows": view.Workflows(visible), "next_cursor": view.EncodeCursor(next)})
 }
 
 func (s *Server) cancelWorkflow(c *gin.Context) {

@@ -1,27 +1,15 @@
 package dashboard
 
 import (
-	"encoding/base64"
-	"errors"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
-	"github.com/taskforge/taskforge/client/wire"
 	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
-
-// deadTask is a dead task as the listing shows it (as GET /queues/:name/dlq does:
-// died_at is always present, null or not).
-type deadTask struct {
-	wire.Task
-	DiedAt *time.Time `json:"died_at"`
-}
 
 // listDead serves GET /admin/api/queues/:name/dlq: the queue's dead tasks, most
 // recently died first, that died at or after died_after and at or before
@@ -40,17 +28,17 @@ func (d *Dashboard) listDead(c *gin.Context) {
 		}
 		limit = n
 	}
-	diedAfter, err := queryTime(c, "died_after")
+	diedAfter, err := view.ParseTime("died_after", c.Query("died_after"))
 	if err != nil {
 		fail(c, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	diedBefore, err := queryTime(c, "died_before")
+	diedBefore, err := view.ParseTime("died_before", c.Query("died_before"))
 	if err != nil {
 		fail(c, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	from, err := decodeCursor(c.Query("cursor"))
+	from, err := view.DecodeCursor(c.Query("cursor"))
 	if err != nil {
 		fail(c, http.StatusBadRequest, "invalid_request", err.Error())
 		return
@@ -75,7 +63,7 @@ func (d *Dashboard) listDead(c *gin.Context) {
 		fail(c, http.StatusInternalServerError, "internal", "could not list dead tasks")
 		return
 	}
-	out := make([]deadTask, 0, min(len(tasks), limit))
+	out := make([]view.DeadTask, 0, min(len(tasks), limit))
 	var next *storage.Cursor
 	for i, t := range tasks {
 		if diedAfter != nil && t.FinishedAt != nil && t.FinishedAt.Before(*diedAfter) {
@@ -86,43 +74,7 @@ func (d *Dashboard) listDead(c *gin.Context) {
 			next = &storage.Cursor{Time: *last.FinishedAt, ID: tasks[i-1].ID}
 			break
 		}
-		out = append(out, deadTask{Task: view.Task(t), DiedAt: t.FinishedAt})
+		out = append(out, view.Dead(t))
 	}
-	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": encodeCursor(next)})
-}
-
-func queryTime(c *gin.Context, name string) (*time.Time, error) {
-	raw := c.Query(name)
-	if raw == "" {
-		return nil, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, raw)
-	if err != nil {
-		return nil, errors.New(name + " must be an RFC 3339 time")
-	}
-	return &t, nil
-}
-
-func encodeCursor(cur *storage.Cursor) *string {
-	if cur == nil {
-		return nil
-	}
-	s := base64.RawURLEncoding.EncodeToString([]byte(cur.Time.UTC().Format(time.RFC3339Nano) + "|" + cur.ID.String()))
-	return &s
-}
-
-func decodeCursor(raw string) (*storage.Cursor, error) {
-	if raw == "" {
-		return nil, nil
-	}
-	if b, err := base64.RawURLEncoding.DecodeString(raw); err == nil {
-		if ts, id, ok := strings.Cut(string(b), "|"); ok {
-			t, errT := time.Parse(time.RFC3339Nano, ts)
-			u, errU := uuid.Parse(id)
-			if errT == nil && errU == nil {
-				return &storage.Cursor{Time: t, ID: u}, nil
-			}
-		}
-	}
-	return nil, errors.New("cursor is not one this endpoint returned")
+	c.JSON(http.StatusOK, gin.H{"tasks": out, "next_cursor": view.EncodeCursor(next)})
 }
