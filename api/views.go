@@ -16,15 +16,18 @@ import (
 type errorDetail = wire.ErrorDetail
 
 // parseLease parses the task id and lease token of item i of a batch (what names
-// it in the error: "acks[3]"), both required.
+// it in the error: "acks[3]"; "" for a single report), both required.
 func parseLease(item, taskID, leaseToken string) (uuid.UUID, uuid.UUID, error) {
+	if item != "" {
+		item += ": "
+	}
 	if taskID == "" || leaseToken == "" {
-		return uuid.Nil, uuid.Nil, invalid("%s: task_id and lease_token are required", item)
+		return uuid.Nil, uuid.Nil, invalid("%stask_id and lease_token are required", item)
 	}
 	id, errID := uuid.Parse(taskID)
 	token, errToken := uuid.Parse(leaseToken)
 	if errID != nil || errToken != nil {
-		return uuid.Nil, uuid.Nil, invalid("%s: task_id and lease_token must be UUIDs", item)
+		return uuid.Nil, uuid.Nil, invalid("%stask_id and lease_token must be UUIDs", item)
 	}
 	return id, token, nil
 }

@@ -1,10 +1,7 @@
 package api
 
 import (
-	"github.com/taskforge/taskforge/internal/view"
-
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/client/wire"
+	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -290,46 +288,55 @@ func (s *Server) recordWorker(ctx context.Context, workerID string, queues []str
 	}
 }
 
-type leaseRequest struct {
-	WorkerID   string     `json:"worker_id"`
-	TaskID     *uuid.UUID `json:"task_id"`
-	LeaseToken *uuid.UUID `json:"lease_token"`
+// A worker's single reports (heartbeat, ack, nack, release) are decoded into the
+// wire types the Go SDK sends (wire.HeartbeatRequest, wire.AckRequest, …); their
+// lease fields are then parsed by parseLeaseFields.
+
+// leaseFields is the lease a report names, parsed: set says whether it names one
+// (a heartbeat need not).
+type leaseFields struct {
+	taskID, token uuid.UUID
+	set           bool
 }
 
-// validate checks the lease fields; withTask requires task_id and lease_token.
-func (r leaseRequest) validate(withTask bool) error {
+// parseLeaseFields checks the worker id and the lease of r: task_id and
+// lease_token go together, as UUIDs, and withTask requires them. Absent and empty
+// are alike (the SDK omits them when empty).
+func parseLeaseFields(r wire.LeaseRequest, withTask bool) (leaseFields, error) {
 	if err := validWorkerID(r.WorkerID); err != nil {
-		return err
+		return leaseFields{}, err
 	}
-	if (r.TaskID == nil) != (r.LeaseToken == nil) {
-		return invalid("task_id and lease_token go together")
+	if (r.TaskID == "") != (r.LeaseToken == "") {
+		return leaseFields{}, invalid("task_id and lease_token go together")
 	}
-	if withTask && r.TaskID == nil {
-		return invalid("task_id and lease_token are required")
+	if r.TaskID == "" {
+		if withTask {
+			return leaseFields{}, invalid("task_id and lease_token are required")
+		}
+		return leaseFields{}, nil
 	}
-	return nil
+	id, token, err := parseLease("", r.TaskID, r.LeaseToken)
+	if err != nil {
+		return leaseFields{}, err
+	}
+	return leaseFields{taskID: id, token: token, set: true}, nil
 }
 
 // maxProgressBytes bounds a heartbeat's progress, as sent.
 const maxProgressBytes = 4 << 10
 
-type heartbeatRequest struct {
-	leaseRequest
-	// Progress, when present, replaces the attempt's progress; JSON null clears it.
-	Progress json.RawMessage `json:"progress"`
-}
-
 func (s *Server) heartbeat(c *gin.Context) {
-	var req heartbeatRequest
+	var req wire.HeartbeatRequest
 	if err := decode(c, workerBodyLimit, &req); err != nil {
 		s.fail(c, err)
 		return
 	}
-	if err := req.validate(false); err != nil {
+	lease, err := parseLeaseFields(req.LeaseRequest, false)
+	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	if req.Progress != nil && req.TaskID == nil {
+	if req.Progress != nil && !lease.set {
 		s.fail(c, invalid("progress needs task_id and lease_token"))
 		return
 	}
@@ -337,7 +344,7 @@ func (s *Server) heartbeat(c *gin.Context) {
 		s.fail(c, invalid("progress is %d bytes; the limit is %d", len(req.Progress), maxProgressBytes))
 		return
 	}
-	if req.TaskID == nil {
+	if !lease.set {
 		if err := s.store.RecordWorker(c, req.WorkerID, nil); err != nil {
 			s.fail(c, err)
 			return
@@ -345,33 +352,28 @@ func (s *Server) heartbeat(c *gin.Context) {
 		c.JSON(http.StatusOK, wire.HeartbeatResponse{})
 		return
 	}
-	var lease storage.Lease
-	var err error
+	var held storage.Lease
 	if req.Progress != nil {
-		lease, err = s.store.HeartbeatProgress(c, req.WorkerID, *req.TaskID, *req.LeaseToken, s.cfg.LeaseTimeout, req.Progress)
+		held, err = s.store.HeartbeatProgress(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout, req.Progress)
 	} else {
-		lease, err = s.store.Heartbeat(c, req.WorkerID, *req.TaskID, *req.LeaseToken, s.cfg.LeaseTimeout)
+		held, err = s.store.Heartbeat(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout)
 	}
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
 	s.recordWorker(c, req.WorkerID, nil)
-	c.JSON(http.StatusOK, wire.HeartbeatResponse{LeaseExpiresAt: &lease.ExpiresAt, CancelRequested: lease.CancelRequested})
-}
-
-type ackRequest struct {
-	leaseRequest
-	Result json.RawMessage `json:"result"`
+	c.JSON(http.StatusOK, wire.HeartbeatResponse{LeaseExpiresAt: &held.ExpiresAt, CancelRequested: held.CancelRequested})
 }
 
 func (s *Server) ack(c *gin.Context) {
-	var req ackRequest
+	var req wire.AckRequest
 	if err := decode(c, s.cfg.MaxPayloadBytes+64<<10, &req); err != nil {
 		s.fail(c, err)
 		return
 	}
-	if err := req.validate(true); err != nil {
+	lease, err := parseLeaseFields(req.LeaseRequest, true)
+	if err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -379,7 +381,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	t, err := s.lc.Ack(c, storage.AckItem{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID, Result: req.Result})
+	t, err := s.lc.Ack(c, storage.AckItem{TaskID: lease.taskID, LeaseToken: lease.token, WorkerID: req.WorkerID, Result: req.Result})
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -475,35 +477,32 @@ func (s *Server) commitAcks(ctx context.Context, workerID string, items []storag
 	return results, nil
 }
 
-type nackRequest struct {
-	leaseRequest
-	Error        string `json:"error"`
-	Retryable    *bool  `json:"retryable"`
-	RetryAfterMs *int64 `json:"retry_after_ms"`
-}
-
 const maxErrorLen = 64 << 10
 
-// decodeReport reads a nack or release: the lease fields, and a text of at most
-// maxErrorLen bytes named field. It answers 400 itself and returns false on bad input.
-func (s *Server) decodeReport(c *gin.Context, req interface{ validate(bool) error }, text *string, field string) bool {
+// decodeReport reads a nack or release into req (a wire.NackRequest or
+// wire.ReleaseRequest), whose lease fields are *lease and whose text of at most
+// maxErrorLen bytes, named field, is *text, and returns the lease it names. It
+// answers 400 itself and returns false on bad input.
+func (s *Server) decodeReport(c *gin.Context, req any, lease *wire.LeaseRequest, text *string, field string) (leaseFields, bool) {
+	var parsed leaseFields
 	err := decode(c, workerBodyLimit+maxErrorLen, req)
 	if err == nil {
-		err = req.validate(true)
+		parsed, err = parseLeaseFields(*lease, true)
 	}
 	if err == nil && len(*text) > maxErrorLen {
 		err = invalid("%s must be at most %d bytes", field, maxErrorLen)
 	}
 	if err != nil {
 		s.fail(c, err)
-		return false
+		return leaseFields{}, false
 	}
-	return true
+	return parsed, true
 }
 
 func (s *Server) nack(c *gin.Context) {
-	var req nackRequest
-	if !s.decodeReport(c, &req, &req.Error, "error") {
+	var req wire.NackRequest
+	lease, ok := s.decodeReport(c, &req, &req.LeaseRequest, &req.Error, "error")
+	if !ok {
 		return
 	}
 	const yearMs = 365 * 24 * 3600 * 1000
@@ -511,7 +510,7 @@ func (s *Server) nack(c *gin.Context) {
 		s.fail(c, invalid("retry_after_ms must be an integer from 0 to %d", int64(yearMs)))
 		return
 	}
-	n := storage.Nack{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken, WorkerID: req.WorkerID,
+	n := storage.Nack{TaskID: lease.taskID, LeaseToken: lease.token, WorkerID: req.WorkerID,
 		Error: req.Error, Retryable: req.Retryable == nil || *req.Retryable, RetryAfterMs: req.RetryAfterMs}
 	t, err := s.lc.Nack(c, n)
 	if err != nil {
@@ -521,13 +520,6 @@ func (s *Server) nack(c *gin.Context) {
 	c.JSON(http.StatusOK, view.Task(t))
 }
 
-type releaseRequest struct {
-	leaseRequest
-	Reason string `json:"reason"`
-	// DelayMs snoozes the task: it comes back after this delay.
-	DelayMs *int64 `json:"delay_ms"`
-}
-
 // maxReleaseDelayMs bounds a snooze: one day.
 const maxReleaseDelayMs = 24 * 3600 * 1000
 
@@ -535,15 +527,16 @@ const maxReleaseDelayMs = 24 * 3600 * 1000
 // attempt ends released and the task goes back in line, after the delay when one is
 // given, without spending its retry budget.
 func (s *Server) release(c *gin.Context) {
-	var req releaseRequest
-	if !s.decodeReport(c, &req, &req.Reason, "reason") {
+	var req wire.ReleaseRequest
+	lease, ok := s.decodeReport(c, &req, &req.LeaseRequest, &req.Reason, "reason")
+	if !ok {
 		return
 	}
 	if req.DelayMs != nil && (*req.DelayMs < 0 || *req.DelayMs > maxReleaseDelayMs) {
 		s.fail(c, invalid("delay_ms must be an integer from 0 to %d", int64(maxReleaseDelayMs)))
 		return
 	}
-	t, err := s.lc.Release(c, storage.Release{TaskID: *req.TaskID, LeaseToken: *req.LeaseToken,
+	t, err := s.lc.Release(c, storage.Release{TaskID: lease.taskID, LeaseToken: lease.token,
 		WorkerID: req.WorkerID, Reason: req.Reason, DelayMs: req.DelayMs})
 	if err != nil {
 		s.fail(c, err)
