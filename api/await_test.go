@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/api"
+	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/testserver"
 )
 
@@ -209,10 +210,18 @@ func TestTaskWaitersCostPostgresNothing(t *testing.T) {
 		}
 		return c
 	}
-	const window = 3 * time.Second
+	// A window is a number of the dispatcher's timed passes (one every 100 ms),
+	// the replica's own beat, rather than a wall-clock length.
+	timedPasses := func(k int) {
+		s.Signals.DispatchPass.Drain()
+		for range k {
+			s.Signals.DispatchPass.WaitFor(t, "a timed dispatcher pass", func(p dispatcher.Pass) bool { return p.Timed })
+		}
+	}
+	const window = 30 // timed passes, about 3 s
 	measure := func() (acquires, xacts int64) {
 		a0, x0 := pool.Stat().AcquireCount(), commits()
-		time.Sleep(window)
+		timedPasses(window)
 		return pool.Stat().AcquireCount() - a0, commits() - x0
 	}
 	idleAcq, idleX := measure()
@@ -240,18 +249,23 @@ func TestTaskWaitersCostPostgresNothing(t *testing.T) {
 	}
 	waitersOn(t, s, n)
 	// Each waiter reads the task once more after parking; let those reads end.
-	testserver.Eventually(t, 10*time.Second, "the waiters' second reads", func() bool {
+	for tries := 0; ; tries++ {
 		a0 := pool.Stat().AcquireCount()
-		time.Sleep(200 * time.Millisecond)
-		return pool.Stat().AcquireCount()-a0 < 20
-	})
+		timedPasses(2) // WaitFor fails the test if the passes stop
+		if pool.Stat().AcquireCount()-a0 < 20 {
+			break
+		}
+		if tries == 100 {
+			t.Fatal("the waiters' second reads did not end within 200 timed passes")
+		}
+	}
 	waitAcq, waitX := measure()
 	// xact_commit lags: PostgreSQL flushes an idle backend's counts up to 10 s late, so
 	// the waiters' own reads before the window may land in it. The pool count is exact.
-	t.Logf("over %s: replica's pool acquisitions %d idle vs %d with %d waiters; database commits %d vs %d",
+	t.Logf("over %d timed passes: replica's pool acquisitions %d idle vs %d with %d waiters; database commits %d vs %d",
 		window, idleAcq, waitAcq, n, idleX, waitX)
 	if waitAcq > idleAcq+50 {
-		t.Errorf("%d waiters made the replica acquire %d connections in %s, against %d idle", n, waitAcq, window, idleAcq)
+		t.Errorf("%d waiters made the replica acquire %d connections in %d timed passes, against %d idle", n, waitAcq, window, idleAcq)
 	}
 	s.Must(200, "POST", "/queues/q/tasks/cancel", map[string]any{"status": "pending"})
 	wg.Wait()

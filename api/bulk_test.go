@@ -83,7 +83,7 @@ func TestBulkCancelWorksInBatchesWhileOtherQueuesRun(t *testing.T) {
 	}
 	// Let the dispatcher mirror the head of the backlog into the buffer, so the
 	// cancel also meets claimed (buffered) tasks.
-	testserver.Eventually(t, 10*time.Second, "buffered tasks", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers tasks", func() bool {
 		return statusCounts(t, s.Config.DatabaseURL, "big")["claimed"] > 0
 	})
 

@@ -12,16 +12,36 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/server"
 )
 
+// drainers are the pollers drain runs.
+type drainers struct {
+	wg    sync.WaitGroup
+	acked atomic.Int64
+	acks  testsignal.Signal[int64] // every ack, with the count so far
+}
+
+// waitAcked waits until the drainers have acked n tasks in all. It fails only when
+// no ack comes for testsignal.Timeout, so a loaded machine slows it down without
+// failing it.
+func (d *drainers) waitAcked(t *testing.T, n int64, what string) {
+	t.Helper()
+	for c := d.acked.Load(); c < n; { // older acks still unread count less than n
+		c = d.acks.WaitOrTimeout(t, fmt.Sprintf("%s: ack %d of %d", what, c+1, n))
+	}
+}
+
 // drain runs n pollers against urls until ctx ends, holding each task for hold
-// before acking it. It returns how many tasks were acked.
-func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, maxTasks int, hold time.Duration) (*sync.WaitGroup, *atomic.Int64) {
-	var wg sync.WaitGroup
-	var acked atomic.Int64
+// before acking it.
+func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, maxTasks int, hold time.Duration) *drainers {
+	d := &drainers{}
+	d.acks.Init()
+	wg, acked := &d.wg, &d.acked
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
@@ -36,21 +56,21 @@ func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, ma
 					"worker_id": worker, "queues": []string{queue}, "max_tasks": maxTasks, "wait_ms": 200}, nil)
 				if resp.Status != 200 {
 					t.Logf("poll: %d %s", resp.Status, resp.Body) // keep polling, as a worker would
-					time.Sleep(50 * time.Millisecond)
+					testenv.Elapse(50 * time.Millisecond)         // a worker's pause before it polls again
 					continue
 				}
 				resp.JSON(t, &out)
 				for _, p := range out.Tasks {
-					time.Sleep(hold) // the work
+					testenv.Elapse(hold) // the work
 					if r := testserver.Do(t, base, "POST", "/workers/ack", map[string]any{
 						"worker_id": worker, "task_id": p.ID, "lease_token": p.LeaseToken}, nil); r.Status == 200 {
-						acked.Add(1)
+						d.acks.Signal(acked.Add(1))
 					}
 				}
 			}
 		}()
 	}
-	return &wg, &acked
+	return d
 }
 
 func dbConn(t *testing.T, url string) *pgx.Conn {
@@ -74,8 +94,8 @@ func TestPauseStopsDispatchAndResumeRestartsIt(t *testing.T) {
 	s.Must(201, "POST", "/queues/q/tasks/batch", map[string]any{"tasks": tasks})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wg, acked := drain(ctx, t, []string{s.URL}, "q", 4, 1, 5*time.Millisecond)
-	testserver.Eventually(t, 30*time.Second, "some progress", func() bool { return acked.Load() >= 50 })
+	d := drain(ctx, t, []string{s.URL}, "q", 4, 1, 5*time.Millisecond)
+	d.waitAcked(t, 50, "some progress")
 
 	var q map[string]any
 	s.Must(200, "POST", "/queues/q/pause", nil).JSON(t, &q)
@@ -87,7 +107,13 @@ func TestPauseStopsDispatchAndResumeRestartsIt(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT now()").Scan(&pausedAt); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // observe a paused queue for longer than the 1 s bound
+	// Observe a paused queue for longer than the 1 s bound: 20 of the dispatcher's
+	// timed passes (one every 100 ms), each of which would dispatch it if it could.
+	s.Signals.DispatchPass.Drain()
+	for range 20 {
+		s.Signals.DispatchPass.WaitFor(t, "a timed dispatcher pass while the queue is paused",
+			func(p dispatcher.Pass) bool { return p.Timed })
+	}
 	var lastStart time.Time
 	var started, done int
 	if err := conn.QueryRow(ctx, `SELECT max(started_at), count(*) FROM attempts`).Scan(&lastStart, &started); err != nil {
@@ -102,12 +128,12 @@ func TestPauseStopsDispatchAndResumeRestartsIt(t *testing.T) {
 	}
 
 	s.Must(200, "POST", "/queues/q/resume", nil)
-	testserver.Eventually(t, 60*time.Second, "all done after resume", func() bool {
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'done'`).Scan(&done)
-		return done == 400
-	})
+	d.waitAcked(t, 400, "all done after resume")
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'done'`).Scan(&done); err != nil || done != 400 {
+		t.Fatalf("%d of 400 tasks done after 400 acks (%v)", done, err)
+	}
 	cancel()
-	wg.Wait()
+	d.wg.Wait()
 	if code := s.Must(404, "POST", "/queues/nope/pause", nil).ErrorCode(t); code != "queue_not_found" {
 		t.Fatalf("pause missing queue: %q", code)
 	}
@@ -137,19 +163,19 @@ func agingRun(t *testing.T, settings map[string]any) (p10Created, p10Start time.
 	low := flood(true)[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wg, _ := drain(ctx, t, []string{s.URL}, "q", 1, 1, 3*time.Millisecond)
+	d := drain(ctx, t, []string{s.URL}, "q", 1, 1, 3*time.Millisecond)
 	for i := 1; i < 40; i++ {
-		time.Sleep(50 * time.Millisecond) // the flood's pace, not synchronisation
+		testenv.Elapse(50 * time.Millisecond) // the flood's pace: tasks of different ages are the point
 		flood(false)
 	}
 	conn := dbConn(t, s.Config.DatabaseURL)
-	testserver.Eventually(t, 60*time.Second, "queue drained", func() bool {
-		var left int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status <> 'done'`).Scan(&left)
-		return left == 0
-	})
+	d.waitAcked(t, 1+40*20, "queue drained")
+	var left int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status <> 'done'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d tasks not done after every ack (%v)", left, err)
+	}
 	cancel()
-	wg.Wait()
+	d.wg.Wait()
 	ctx = context.Background()
 	if err := conn.QueryRow(ctx, `SELECT t.created_at, a.started_at FROM tasks t JOIN attempts a ON a.task_id = t.id WHERE t.id = $1`, low.ID).Scan(&p10Created, &p10Start); err != nil {
 		t.Fatal(err)
@@ -244,7 +270,7 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 				peak[phase] = max(peak[phase], n)
 				mu.Unlock()
 			}
-			time.Sleep(5 * time.Millisecond) // sampling period
+			testenv.Elapse(5 * time.Millisecond) // the sampling period
 		}
 	}()
 	setPhase := func(p string) { mu.Lock(); phase = p; mu.Unlock() }
@@ -254,14 +280,14 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	for len(crashed) == 0 {
 		crashed = a.Poll("doomed", []string{"q"}, 1, 2000)
 	}
-	wg, acked := drain(ctx, t, []string{a.URL, b.URL}, "q", 16, 10, 10*time.Millisecond)
-	testserver.Eventually(t, 60*time.Second, "progress", func() bool { return acked.Load() >= 60 })
+	d := drain(ctx, t, []string{a.URL, b.URL}, "q", 16, 10, 10*time.Millisecond)
+	d.waitAcked(t, 60, "progress")
 
 	setPhase("flush")
 	if err := a.Redis.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the transition window after losing every slot
+	testenv.Elapse(time.Second) // the transition window after losing every slot, excluded from the peaks
 	setPhase("healed")
 	testserver.Eventually(t, 90*time.Second, "all done", func() bool {
 		var done int
@@ -276,7 +302,7 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 		return done == 300
 	})
 	cancel()
-	wg.Wait()
+	d.wg.Wait()
 	<-sampled
 	t.Logf("peak executing: %v", peak)
 	if peak["steady"] > 3 || peak["healed"] > 3 {

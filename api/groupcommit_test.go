@@ -219,7 +219,7 @@ func TestGroupCommitClaimTimesOutWhenPostgresHangs(t *testing.T) {
 	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.CommitTimeout = hangTimeout }})
 	s.CreateQueue("q", nil)
 	task := s.Enqueue("q", map[string]any{"payload": 1})
-	testserver.Eventually(t, signalWait, "task buffered", func() bool { return s.Task("q", task.ID).Status == "claimed" })
+	s.Signals.DispatchPass.WaitUntil(t, "the dispatcher's pass that buffers the task", func() bool { return s.Task("q", task.ID).Status == "claimed" })
 	unlock := lockTask(t, s.Config.DatabaseURL, task.ID)
 	r := s.Do("POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"q"}, "max_tasks": 1, "wait_ms": 0})
 	wantUnavailable(t, "poll whose claim hangs", r, "did not finish the commit in time")
@@ -316,7 +316,7 @@ func TestGroupCommitPanicInClaimGivesTheIdsBack(t *testing.T) {
 	s := testserver.Start(t, testserver.Options{})
 	s.CreateQueue("q", nil)
 	task := s.Enqueue("q", map[string]any{"payload": 1})
-	testserver.Eventually(t, signalWait, "task buffered", func() bool { return s.Task("q", task.ID).Status == "claimed" })
+	s.Signals.DispatchPass.WaitUntil(t, "the dispatcher's pass that buffers the task", func() bool { return s.Task("q", task.ID).Status == "claimed" })
 	var tries atomic.Int32
 	api.SetClaimCommitHooks(s.Server.API, api.CommitHooks{Try: func(context.Context, int) {
 		if tries.Add(1) == 1 {

@@ -306,7 +306,7 @@ func TestCancel(t *testing.T) {
 
 	// A buffered (claimed) task is cancelled at once and never delivered.
 	buffered := s.Enqueue("q", map[string]any{"payload": 2})
-	testserver.Eventually(t, 5*time.Second, "task buffered", func() bool { return s.Task("q", buffered.ID).Status == "claimed" })
+	s.Signals.DispatchPass.WaitUntil(t, "the dispatcher's pass that buffers the task", func() bool { return s.Task("q", buffered.ID).Status == "claimed" })
 	s.Must(200, "DELETE", "/queues/q/tasks/"+buffered.ID, nil)
 	if p := s.Poll("w", []string{"q"}, 10, 0); len(p) != 0 {
 		t.Fatalf("a cancelled task was delivered: %+v", p)

@@ -35,7 +35,7 @@ func TestPollDeliversByPriorityThenFIFO(t *testing.T) {
 		Tasks []testserver.Task `json:"tasks"`
 	}
 	s.Must(201, "POST", "/queues/q/tasks/batch", map[string]any{"tasks": tasks}).JSON(t, &out)
-	testserver.Eventually(t, 5*time.Second, "all buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Task("q", out.Tasks[len(out.Tasks)-1].ID).Status == "claimed"
 	})
 	var got []testserver.Polled
@@ -73,12 +73,22 @@ func TestFIFOWithinPriority(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
 	s.CreateQueue("q", nil)
+	// FIFO is by eligible time: each task is eligible a millisecond after the one
+	// enqueued before it, all of them already due.
+	base := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	var ids []string
 	for i := 0; i < 6; i++ {
-		ids = append(ids, s.Enqueue("q", map[string]any{"payload": i, "priority": 4}).ID)
-		time.Sleep(2 * time.Millisecond) // distinct eligible milliseconds: FIFO is by eligible time
+		at := base.Add(time.Duration(i) * time.Millisecond).UTC().Format(time.RFC3339Nano)
+		ids = append(ids, s.Enqueue("q", map[string]any{"payload": i, "priority": 4, "scheduled_at": at}).ID)
 	}
-	testserver.Eventually(t, 5*time.Second, "all buffered", func() bool { return s.Task("q", ids[5]).Status == "claimed" })
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers all six", func() bool {
+		for _, id := range ids {
+			if s.Task("q", id).Status != "claimed" {
+				return false
+			}
+		}
+		return true
+	})
 	for i, id := range ids {
 		p := s.Poll("w", []string{"q"}, 1, 1000)
 		if len(p) != 1 || p[0].ID != id {
@@ -118,7 +128,7 @@ func TestPollTriesQueuesInOrderAndHonoursMaxTasks(t *testing.T) {
 		s.Enqueue("a", map[string]any{"payload": i})
 		s.Enqueue("b", map[string]any{"payload": i})
 	}
-	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val() == 3 && s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("b")).Val() == 3
 	})
 	p := s.Poll("w", []string{"b", "a", "missing"}, 4, 0)
@@ -164,7 +174,7 @@ func TestPrefetchPollSkipsCappedQueues(t *testing.T) {
 		s.Enqueue("capped", map[string]any{"payload": i})
 		s.Enqueue("open", map[string]any{"payload": i})
 	}
-	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("capped")).Val() == 2 &&
 			s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("open")).Val() == 2
 	})
@@ -200,7 +210,7 @@ func TestPollCarriesAcks(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		s.Enqueue("q", map[string]any{"payload": i})
 	}
-	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 3
 	})
 	held := s.Poll("w", []string{"q"}, 2, 5000)
@@ -445,12 +455,9 @@ func TestReleaseKeepsBudgetAndPlace(t *testing.T) {
 	// Back in line ahead of the younger task: attempt 2 of a task allowed one run.
 	// The younger one is buffered already; wait until the dispatcher has buffered
 	// the released one again too, so the poll chooses between both by their place.
-	for deadline := time.Now().Add(10 * time.Second); s.Task("q", first.ID).Status != "claimed"; {
-		if time.Now().After(deadline) {
-			t.Fatal("the released task was not buffered again within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.Signals.DispatchPass.WaitUntil(t, "the dispatcher's pass that buffers the released task again", func() bool {
+		return s.Task("q", first.ID).Status == "claimed"
+	})
 	p2 := s.Poll("w2", []string{"q"}, 1, 5000)[0]
 	if p2.ID != first.ID || p2.Attempt != 2 || p2.LeaseToken == p.LeaseToken {
 		t.Fatalf("after the release the poll got %+v, want attempt 2 of %s (before %s)", p2, first.ID, second.ID)
@@ -564,7 +571,7 @@ func TestLeaseExpiriesSpendTheBudget(t *testing.T) {
 		}
 		// never ack: the worker "dies" holding it
 	}
-	testserver.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return s.Task("q", task.ID).Status == "dead" })
+	s.Signals.WatchdogSweep.WaitUntil(t, "the watchdog's sweep that dead-letters the task", func() bool { return s.Task("q", task.ID).Status == "dead" })
 	got := s.Task("q", task.ID)
 	if got.Attempts != 3 || len(got.AttemptHistory) != 3 {
 		t.Fatalf("attempts %d, history %d; want 3 each", got.Attempts, len(got.AttemptHistory))
@@ -588,7 +595,8 @@ func TestTimeoutEndsAttemptAsTimedOut(t *testing.T) {
 	if time.Until(p.LeaseExpiresAt) > 1100*time.Millisecond {
 		t.Fatalf("lease %s outlives the 1 s timeout", time.Until(p.LeaseExpiresAt))
 	}
-	// Heartbeats do not extend the attempt past its timeout.
+	// Heartbeats do not extend the attempt past its timeout (a lease is 10 s, the
+	// timeout 1 s: any heartbeat would pass it).
 	for i := 0; i < 3; i++ {
 		if resp := s.Heartbeat("w", p); resp.Status == 200 {
 			var l struct {
@@ -599,9 +607,11 @@ func TestTimeoutEndsAttemptAsTimedOut(t *testing.T) {
 				t.Fatalf("heartbeat extended past the deadline: %s > %s", l.LeaseExpiresAt, p.LeaseExpiresAt)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	testserver.Eventually(t, 10*time.Second, "timed out", func() bool { return s.Task("q", task.ID).Status == "dead" })
+	// The watchdog plans a sweep for the attempt's deadline, a second away.
+	s.Signals.WatchdogSweep.WaitUntil(t, "the watchdog's sweep that times the attempt out", func() bool {
+		return s.Task("q", task.ID).Status == "dead"
+	})
 	if h := s.Task("q", task.ID).AttemptHistory; len(h) != 1 || h[0].Status != "timed_out" {
 		t.Fatalf("history: %+v", h)
 	}
@@ -796,7 +806,7 @@ func TestPollBodyBounds(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		s.Enqueue("q", map[string]any{"payload": i})
 	}
-	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 2
 	})
 	held := s.Poll("w", []string{"q"}, 1, 5000)
@@ -847,7 +857,7 @@ func TestPollKeepsTasksWhenALaterQueueFails(t *testing.T) {
 	s.CreateQueue("a", nil)
 	s.CreateQueue("b", nil)
 	task := s.Enqueue("a", map[string]any{"payload": 1})
-	testserver.Eventually(t, 5*time.Second, "buffered", func() bool {
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
 		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("a")).Val() == 1
 	})
 	// A value of the wrong type under b's buffer key makes every pop from b fail.
