@@ -118,6 +118,7 @@ type TestSignals struct {
 	DispatchPass  testsignal.Signal[dispatcher.Pass] // every pass of the dispatcher
 	WatchdogSweep testsignal.Signal[watchdog.Sweep]  // every sweep of the watchdog
 	JanitorSweep  testsignal.Signal[janitor.Sweep]   // every retention sweep
+	PushAnswer    testsignal.Signal[push.Answer]     // every push answer recorded
 }
 
 // Init makes every signal record.
@@ -125,6 +126,7 @@ func (ts *TestSignals) Init() {
 	ts.DispatchPass.Init()
 	ts.WatchdogSweep.Init()
 	ts.JanitorSweep.Init()
+	ts.PushAnswer.Init()
 }
 
 // ListenOff is the ListenDatabaseURL that turns LISTEN off: the dispatcher then
@@ -331,6 +333,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.With("component", "watchdog"))
 	pushCfg := cfg.Push
 	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
+	if pushCfg.OnAnswer == nil {
+		pushCfg.OnAnswer = ts.PushAnswer.Signal
+	}
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
 	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention, OnSweep: ts.JanitorSweep.Signal},

@@ -86,8 +86,8 @@ func (p *Pusher) deliver(ctx context.Context, a *attempt) {
 		p.log.Warn(level, "task_id", a.task.ID, "queue", a.task.Queue, "outcome", o.label, "err", err)
 		return
 	}
-	if p.sent != nil {
-		p.sent(t, o.label)
+	if p.cfg.OnAnswer != nil {
+		p.cfg.OnAnswer(Answer{Task: t, Outcome: o.label})
 	}
 }
 

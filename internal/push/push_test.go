@@ -99,7 +99,7 @@ func pushQueue(s *testserver.Instance, name, url string, extra map[string]any) {
 func waitStatus(t *testing.T, s *testserver.Instance, queue, id, status string) testserver.Task {
 	t.Helper()
 	var got testserver.Task
-	testserver.Eventually(t, 15*time.Second, "task "+status, func() bool {
+	s.Signals.PushAnswer.WaitUntil(t, fmt.Sprintf("a push answer that leaves task %s %s", id, status), func() bool {
 		got = s.Task(queue, id)
 		return got.Status == status
 	})
@@ -368,7 +368,7 @@ func TestPushRateLimitAcrossTwoReplicas(t *testing.T) {
 		tasks[i] = map[string]any{"payload": i}
 	}
 	b.Must(http.StatusCreated, "POST", "/queues/metered/tasks/batch", map[string]any{"tasks": tasks})
-	testserver.Eventually(t, 20*time.Second, "every task pushed", func() bool { return tg.count() >= total })
+	testserver.Eventually(t, 20*time.Second, "every task pushed", func() bool { return tg.count() >= total }) // answered by either replica
 
 	tg.mu.Lock()
 	times := make([]time.Time, len(tg.reqs))
@@ -432,7 +432,7 @@ func TestPushMaxConcurrency(t *testing.T) {
 		tasks[i] = map[string]any{"payload": i}
 	}
 	s.Must(http.StatusCreated, "POST", "/queues/capped/tasks/batch", map[string]any{"tasks": tasks})
-	testserver.Eventually(t, 20*time.Second, "every task pushed", func() bool { return tg.count() >= len(tasks) })
+	s.Signals.PushAnswer.WaitUntil(t, "the answer of every task's request", func() bool { return tg.count() >= len(tasks) })
 	if p := peak.Load(); p != 3 {
 		t.Fatalf("peak of %d requests in flight at the target, want 3", p)
 	}

@@ -82,6 +82,16 @@ type Config struct {
 	Telemetry *telemetry.Telemetry
 	// Now is the clock of signatures and Retry-After dates. Defaults to time.Now.
 	Now func() time.Time
+	// OnAnswer, when set, hears of every push answer recorded, after it (tests use
+	// it to wait for an answer instead of polling). It runs on the request's
+	// goroutine.
+	OnAnswer func(Answer)
+}
+
+// Answer is a push request's answer, as recorded.
+type Answer struct {
+	Task    storage.Task // the task after the answer's transition
+	Outcome string       // the request's outcome, as its metrics label it
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -140,9 +150,6 @@ type Pusher struct {
 
 	refreshMu sync.Mutex
 	refreshed time.Time // when the push queues were last read
-
-	// sent, set only by tests, hears of each task answered.
-	sent func(storage.Task, string)
 }
 
 // target is a push queue's target as a Pusher uses it.
