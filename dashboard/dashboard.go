@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"cmp"
-	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -60,15 +59,15 @@ type Dashboard struct {
 	etags map[string]string // asset path → strong ETag
 }
 
-// Mount serves the dashboard on e under /admin and returns it. The live feed stops,
-// and closes every open stream, when ctx ends. A nil log discards.
-func Mount(ctx context.Context, e *gin.Engine, store *storage.Store, opts Options, log *slog.Logger) *Dashboard {
+// Mount serves the dashboard on e under /admin and returns it. Its live feed runs
+// while browsers listen, until Close. A nil log discards.
+func Mount(e *gin.Engine, store *storage.Store, opts Options, log *slog.Logger) *Dashboard {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts = opts.WithDefaults()
 	d := &Dashboard{store: store, opts: opts, log: log, etags: make(map[string]string)}
-	d.hub = newHub(ctx, d.snapshot, opts, log)
+	d.hub = newHub(d.snapshot, opts, log)
 	assets, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -105,6 +104,14 @@ func Mount(ctx context.Context, e *gin.Engine, store *storage.Store, opts Option
 	g.GET("/api/queues/:name/dlq", d.listDead)
 	return d
 }
+
+// Drain ends every live stream (GET /admin/events) and refuses new ones, so that
+// an HTTP drain does not wait for them; browsers reconnect to another replica.
+func (d *Dashboard) Drain() { d.hub.close() }
+
+// Close drains the live feed and stops the goroutine computing it, waiting for it
+// to end. Safe to call more than once.
+func (d *Dashboard) Close() { d.hub.stop() }
 
 // serveFile serves one embedded asset with its ETag, so browsers revalidate cheaply.
 func (d *Dashboard) serveFile(c *gin.Context, files http.Handler, path string) {

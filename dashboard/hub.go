@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// errHubClosed is returned to subscribers once the hub's context has ended.
+// errHubClosed is returned to subscribers once the hub is closed.
 var errHubClosed = errors.New("dashboard live feed stopped")
 
 // hub computes one snapshot per interval while at least one browser listens, and
@@ -18,10 +18,11 @@ var errHubClosed = errors.New("dashboard live feed stopped")
 // computation and receive the same bytes.
 //
 // The hub's goroutine starts with the first subscriber and ends Linger after the
-// last one left, or when ctx ends; after ctx ends the hub refuses new subscribers
+// last one left, or at stop. After close (or stop) the hub refuses new subscribers
 // and has closed every subscriber's channel.
 type hub struct {
-	ctx      context.Context
+	ctx      context.Context // ends at stop
+	cancel   context.CancelFunc
 	compute  func(context.Context) (*Snapshot, error)
 	interval time.Duration
 	linger   time.Duration
@@ -38,8 +39,9 @@ type hub struct {
 	stopped   chan struct{} // closed when the running goroutine ends
 }
 
-func newHub(ctx context.Context, compute func(context.Context) (*Snapshot, error), opts Options, log *slog.Logger) *hub {
-	return &hub{ctx: ctx, compute: compute, interval: opts.Interval, linger: opts.Linger,
+func newHub(compute func(context.Context) (*Snapshot, error), opts Options, log *slog.Logger) *hub {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &hub{ctx: ctx, cancel: cancel, compute: compute, interval: opts.Interval, linger: opts.Linger,
 		keep: max(2, int(opts.History/opts.Interval)), log: log, subs: make(map[chan []byte]struct{})}
 }
 
@@ -158,14 +160,28 @@ func (h *hub) broadcast(msg []byte, point Point, ok bool) bool {
 	return true
 }
 
-// close ends every stream and refuses new subscribers.
+// close ends every stream and refuses new subscribers. The goroutine, if
+// running, goes on until stop (or its linger).
 func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.closed, h.running = true, false
+	h.closed = true
 	for ch := range h.subs {
 		close(ch)
 		delete(h.subs, ch)
+	}
+}
+
+// stop closes the hub and ends its goroutine (cancelling a snapshot being
+// computed), waiting for it.
+func (h *hub) stop() {
+	h.cancel()
+	h.close()
+	h.mu.Lock()
+	stopped := h.stopped
+	h.mu.Unlock()
+	if stopped != nil {
+		<-stopped
 	}
 }
 

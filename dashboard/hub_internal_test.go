@@ -64,9 +64,8 @@ func TestHubSharesEachSnapshot(t *testing.T) {
 		computed.Add(1)
 		return d.snapshot(ctx)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h := newHub(ctx, compute, d.opts, d.log)
+	h := newHub(compute, d.opts, d.log)
+	defer h.stop()
 
 	const subscribers = 8
 	var mu sync.Mutex
@@ -111,13 +110,12 @@ func TestHubSharesEachSnapshot(t *testing.T) {
 	}
 }
 
-// Cancelling the hub's context ends every stream and refuses new ones.
-func TestHubStopsWithItsContext(t *testing.T) {
+// Stopping the hub ends every stream, refuses new ones and ends its goroutine.
+func TestHubStops(t *testing.T) {
 	t.Parallel()
 	store := newStore(t)
 	d := testDashboard(t, store, Options{Interval: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	h := newHub(ctx, d.snapshot, d.opts, d.log)
+	h := newHub(d.snapshot, d.opts, d.log)
 	var chans []chan []byte
 	for range 3 {
 		ch, _, err := h.subscribe()
@@ -130,11 +128,11 @@ func TestHubStopsWithItsContext(t *testing.T) {
 	h.mu.Lock()
 	stopped := h.stopped
 	h.mu.Unlock()
-	cancel()
+	h.stop() // returns once the goroutine has ended
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the hub did not stop")
+	default:
+		t.Fatal("stop returned before the hub's goroutine ended")
 	}
 	for _, ch := range chans {
 		for range ch { // drain what was queued; the channel must then be closed
@@ -156,9 +154,8 @@ func TestHubIdlesWithoutSubscribers(t *testing.T) {
 		computed.Add(1)
 		return d.snapshot(ctx)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h := newHub(ctx, compute, d.opts, d.log)
+	h := newHub(compute, d.opts, d.log)
+	defer h.stop()
 	ch, _, err := h.subscribe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,9 @@
 // Package server wires one TaskForge replica together: the PostgreSQL pool and
 // migrations, the Redis buffer, the task lifecycle, the HTTP API, the dispatcher,
-// the watchdog, the pushers and the scheduler, and runs them until its context ends, then drains. It owns no queue logic.
+// the watchdog, the pushers and the scheduler, and runs them until its context
+// ends. It owns every goroutine the replica starts, and stops them in order:
+// intake first (the HTTP drain), then the loops that feed work, then the rest.
+// It owns no queue logic.
 package server
 
 import (
@@ -74,8 +77,18 @@ type Config struct {
 	// poll), and apart from them the polls, waiting for a group commit; beyond it
 	// requests get 503 at once. Defaults to 2,000.
 	CommitMaxWaiting int
-	// ShutdownTimeout bounds the drain of in-flight requests. Defaults to 10s.
+	// ShutdownTimeout bounds the first phase of a stop, the HTTP drain: waiting
+	// long polls are answered at once, in-flight requests finish, and those still
+	// running after it are cut off. Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// FeedStopTimeout bounds the second phase of a stop: the loops that feed work
+	// (dispatcher, scheduler, pushers) end; the pushers' requests in flight get
+	// four fifths of it to answer. Defaults to 10s.
+	FeedStopTimeout time.Duration
+	// RestStopTimeout bounds the last phase of a stop: the watchdog, the janitor,
+	// the telemetry folder, the settings refresher, the pub/sub listeners and the
+	// dashboard's live feed end. Defaults to 5s.
+	RestStopTimeout time.Duration
 	// BulkDuty is the share of its time a bulk cancel or discard spends writing
 	// batches, in (0, 1]; it rests the remainder so that other queues' commits are
 	// not stuck behind its WAL. Zero means storage.DefaultBulkDuty.
@@ -146,6 +159,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, 1<<20)
 	c.RedisPrefix = cmp.Or(c.RedisPrefix, "taskforge")
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.FeedStopTimeout = cmp.Or(c.FeedStopTimeout, 10*time.Second)
+	c.RestStopTimeout = cmp.Or(c.RestStopTimeout, 5*time.Second)
 	c.Push.Concurrency = cmp.Or(c.Push.Concurrency, 64)
 	return c
 }
@@ -167,6 +182,8 @@ func (c Config) Validate() error {
 		return errors.New("TASKFORGE_COMMIT_TIMEOUT must not be negative")
 	case c.CommitMaxWaiting < 0:
 		return errors.New("the group commit's waiting bound must not be negative")
+	case c.ShutdownTimeout < 0 || c.FeedStopTimeout < 0 || c.RestStopTimeout < 0:
+		return errors.New("the stop timeouts must not be negative")
 	case c.Push.Concurrency < 1:
 		return errors.New("TASKFORGE_PUSH_CONCURRENCY must be at least 1")
 	case c.MaxPayloadBytes < 1:
@@ -222,6 +239,7 @@ type Server struct {
 	Tally      *tally.Folder
 	Auth       *auth.Guard
 	Pusher     *push.Pusher
+	Dashboard  *dashboard.Dashboard
 	// Handler is what Serve serves: the API with every route mounted on it. Tests
 	// may wrap it before Serve to watch the traffic.
 	Handler http.Handler
@@ -326,13 +344,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.Auth.Mount(s.API.Engine())
 	audits.Mount(s.API.Engine())
-	dashboard.Mount(ctx, s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
+	s.Dashboard = dashboard.Mount(s.API.Engine(), s.Store, dashboard.Options{StaleAfter: 3 * cfg.HeartbeatInterval}, log.With("component", "dashboard"))
 	s.Handler = s.API.Handler()
 	s.Watchdog = watchdog.New(s.Store, s.Lifecycle, watchdog.Config{Interval: cfg.WatchdogInterval,
 		OnSweep: ts.WatchdogSweep.Signal},
 		log.With("component", "watchdog"))
 	pushCfg := cfg.Push
-	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.ShutdownTimeout, s.Telemetry
+	// Aborted requests are recorded after the grace: leave them a fifth of the phase.
+	pushCfg.MaxPayloadBytes, pushCfg.StopGrace, pushCfg.Telemetry = cfg.MaxPayloadBytes, cfg.FeedStopTimeout*4/5, s.Telemetry
 	if pushCfg.OnAnswer == nil {
 		pushCfg.OnAnswer = ts.PushAnswer.Signal
 	}
@@ -399,67 +418,161 @@ func (s *Server) Close() {
 	}
 }
 
-// Serve runs the API on ln and the background loops until ctx is done, then stops
-// accepting requests, lets in-flight ones finish (bounded by ShutdownTimeout), and
-// stops the loops. It returns the first error that stopped it early.
+// ErrStopDeadline is what Serve's error matches (errors.Is) when a phase of the
+// stop outlived its deadline; errors.As with *StopDeadlineError names the phase.
+var ErrStopDeadline = errors.New("stop deadline passed")
+
+// StopDeadlineError says which phase of a stop was still running at its deadline.
+// Serve went on to the next phase; what was still running may still be.
+type StopDeadlineError struct {
+	Phase   string        // "http drain", "feed" or "rest"
+	Timeout time.Duration // the phase's deadline
+	Running []string      // the parts of the phase still running then
+}
+
+func (e *StopDeadlineError) Error() string {
+	return fmt.Sprintf("%v: the %s phase was still running after %s (%s)", ErrStopDeadline, e.Phase, e.Timeout,
+		strings.Join(e.Running, ", "))
+}
+
+// Is makes errors.Is(err, ErrStopDeadline) hold.
+func (e *StopDeadlineError) Is(target error) bool { return target == ErrStopDeadline }
+
+// Serve runs the API on ln and the background loops until ctx is done or one of
+// them fails, then stops in three phases, each bounded by its timeout in Config:
+//
+//  1. http drain (ShutdownTimeout): no new connections; waiting long polls and
+//     the dashboard's live streams are answered at once; requests in flight
+//     finish, and those still running at the deadline are cut off.
+//  2. feed (FeedStopTimeout): the dispatcher, the scheduler and the pushers.
+//  3. rest (RestStopTimeout): the watchdog, the janitor, the telemetry folder,
+//     the settings refresher, the pub/sub listeners and the dashboard's hub.
+//
+// A phase that overruns does not hold up the next; Serve then returns a
+// *StopDeadlineError (matching ErrStopDeadline) naming it, joined with the error
+// of the loop that stopped the replica, if one did. It returns nil after a clean
+// stop.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Requests get their own context, so that in-flight ones can finish during the drain.
 	httpServer := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 10 * time.Second}
+	return runPhases(ctx, s.log, ln.Addr().String(), []phase{
+		{name: "http drain", timeout: s.cfg.ShutdownTimeout,
+			loops: []loop{{"http", func(context.Context) error {
+				if err := httpServer.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			}}},
+			stop: func(ctx context.Context) error {
+				s.API.Drain()
+				s.Dashboard.Drain()
+				err := httpServer.Shutdown(ctx)
+				if err != nil {
+					_ = httpServer.Close() // cut off what the drain left
+				}
+				return err
+			}},
+		{name: "feed", timeout: s.cfg.FeedStopTimeout, loops: []loop{
+			{"dispatcher", s.Dispatcher.Run},
+			{"scheduler", s.Scheduler.Run},
+			{"pusher", s.Pusher.Run},
+		}},
+		{name: "rest", timeout: s.cfg.RestStopTimeout, loops: []loop{
+			{"watchdog", s.Watchdog.Run},
+			{"janitor", s.Janitor.Run},
+			{"tally", s.Tally.Run},
+			{"settings refresher", s.Lifecycle.Limits().Run},
+			{"wake listener", s.API.Run},
+			{"done announcer", s.Lifecycle.Run},
+		}, stop: func(context.Context) error { s.Dashboard.Close(); return nil }},
+	})
+}
 
-	loops := []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"wake listener", s.API.Run},
-		{"settings refresher", s.Lifecycle.Limits().Run},
-		{"done announcer", s.Lifecycle.Run},
-		{"dispatcher", s.Dispatcher.Run},
-		{"watchdog", s.Watchdog.Run},
-		{"scheduler", s.Scheduler.Run},
-		{"janitor", s.Janitor.Run},
-		{"tally", s.Tally.Run},
-		{"pusher", s.Pusher.Run},
+// loop is a part of a replica that runs until its context ends.
+type loop struct {
+	name string
+	run  func(context.Context) error
+}
+
+// phase is a group of loops that start together and stop together, within timeout,
+// after stop (when set) has run. stop gets the phase's deadline.
+type phase struct {
+	name    string
+	timeout time.Duration
+	loops   []loop
+	stop    func(ctx context.Context) error
+}
+
+// runPhases runs every phase's loops until ctx is done or a loop fails, then stops
+// the phases one after the other, in order: see Serve.
+func runPhases(ctx context.Context, log *slog.Logger, addr string, phases []phase) error {
+	runCtx, stopRunning := context.WithCancel(ctx)
+	defer stopRunning()
+	var failed []error // the loops' errors
+	var failedMu sync.Mutex
+	type running struct {
+		cancel context.CancelFunc
+		done   []chan struct{} // one per loop, closed when it returns
 	}
-	var wg sync.WaitGroup
-	// Room for every sender (each loop and the HTTP server), so that none blocks
-	// when several fail together and wg.Wait below always returns.
-	errc := make(chan error, len(loops)+1)
-	for _, l := range loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.run(ctx); err != nil {
-				errc <- fmt.Errorf("%s: %w", l.name, err)
-				cancel()
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
-			cancel()
+	started := make([]running, len(phases))
+	for i, p := range phases {
+		// A phase's loops outlive ctx (keeping its values) until their phase stops.
+		phaseCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		started[i].cancel = cancel
+		for _, l := range p.loops {
+			done := make(chan struct{})
+			started[i].done = append(started[i].done, done)
+			go func() {
+				defer close(done)
+				if err := l.run(phaseCtx); err != nil {
+					failedMu.Lock()
+					failed = append(failed, fmt.Errorf("%s: %w", l.name, err))
+					failedMu.Unlock()
+					stopRunning()
+				}
+			}()
 		}
-	}()
-	s.log.Info("taskforge serving", "addr", ln.Addr().String())
+	}
+	log.Info("taskforge serving", "addr", addr)
 
-	<-ctx.Done()
-	s.API.Drain()
-	shutdownCtx, stop := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer stop()
-	if err := httpServer.Shutdown(shutdownCtx); err != nil {
-		s.log.Warn("in-flight requests cut off at shutdown", "err", err)
+	<-runCtx.Done()
+	var overran []error
+	for i, p := range phases {
+		start := time.Now()
+		deadline, release := context.WithTimeout(context.Background(), p.timeout)
+		stopErr := make(chan error, 1)
+		if p.stop != nil {
+			go func() { stopErr <- p.stop(deadline) }()
+		} else {
+			stopErr <- nil
+		}
+		started[i].cancel()
+		var late []string
+		if err := <-stopErr; err != nil {
+			late = append(late, "its stop ("+err.Error()+")")
+		}
+		for j, done := range started[i].done {
+			select {
+			case <-done:
+				continue // ended, even if the deadline has passed too
+			default:
+			}
+			select {
+			case <-done:
+			case <-deadline.Done():
+				late = append(late, p.loops[j].name)
+			}
+		}
+		release()
+		if len(late) > 0 {
+			log.Warn("stop phase overran its deadline", "phase", p.name, "timeout", p.timeout, "running", late)
+			overran = append(overran, &StopDeadlineError{Phase: p.name, Timeout: p.timeout, Running: late})
+			continue
+		}
+		log.Info("stop phase done", "phase", p.name, "took", time.Since(start))
 	}
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
+	failedMu.Lock()
+	defer failedMu.Unlock()
+	return errors.Join(append(failed, overran...)...)
 }
 
 // ListenAndServe listens on Config.Listen and calls Serve.
