@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskforge/taskforge/client"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testsignal"
 )
 
 // bulkTasks is the size of the bulk operations below: TASKFORGE_E2E_BULK_TASKS, or
@@ -198,12 +199,14 @@ type liveLoop struct {
 	mu       sync.Mutex
 	ops      []liveOp
 	cycles   int
+	cycled   testsignal.Signal[int] // every full cycle, with the count so far
 	errs     int
 	firstErr error
 }
 
 func startLiveLoop(t *testing.T, api *client.Client, queue string) *liveLoop {
 	l := &liveLoop{t: t, api: api, queue: queue, done: make(chan struct{}), stopped: make(chan struct{})}
+	l.cycled.Init()
 	go l.run()
 	return l
 }
@@ -254,28 +257,21 @@ func (l *liveLoop) run() {
 		}) == nil {
 			l.mu.Lock()
 			l.cycles++
+			n := l.cycles
 			l.mu.Unlock()
+			l.cycled.Signal(n)
 		}
 	}
 }
 
-// waitCycles waits for n more full cycles of the loop.
+// waitCycles waits for n more full cycles of the loop, each within
+// testsignal.Timeout.
 func (l *liveLoop) waitCycles(n int) {
 	l.mu.Lock()
 	want := l.cycles + n
 	l.mu.Unlock()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		l.mu.Lock()
-		c := l.cycles
-		l.mu.Unlock()
-		if c >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			l.t.Fatalf("the live loop made %d of %d cycles in 2 minutes", c-want+n, n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
+	for c := 0; c < want; { // older cycles still unread count less than want
+		c = l.cycled.WaitOrTimeout(l.t, fmt.Sprintf("cycle %d of the live loop", c+1))
 	}
 }
 
@@ -315,14 +311,14 @@ func (l *liveLoop) phase(pool *pgxpool.Pool, baseline time.Duration, name string
 	ph := &bulkPhase{name: name, before: time.Now()}
 	ph.wal[0] = readWAL(pool)
 	l.waitCycles(200)
-	time.Sleep(time.Until(ph.before.Add(baseline))) // the baseline window's length
+	testenv.Elapse(time.Until(ph.before.Add(baseline))) // the baseline window's length: a measurement
 	ph.start = time.Now()
 	ph.wal[1] = readWAL(pool)
 	ph.outcome, ph.err = op()
 	ph.end = time.Now()
 	ph.wal[2] = readWAL(pool)
 	l.waitCycles(100)
-	time.Sleep(time.Until(ph.end.Add(baseline / 2))) // the window after
+	testenv.Elapse(time.Until(ph.end.Add(baseline / 2))) // the measurement window after
 	ph.after = time.Now()
 	ph.wal[3] = readWAL(pool)
 	return ph

@@ -336,7 +336,7 @@ func (o outage) probe(window time.Duration, checks func() []string) int {
 		if bad := checks(); len(bad) > 0 {
 			o.t.Fatalf("during the outage: %v", bad)
 		}
-		time.Sleep(100 * time.Millisecond) // paces the probes; nothing waits on it
+		testenv.Elapse(100 * time.Millisecond) // the probes' pace through the outage window; nothing waits on it
 	}
 	return rounds
 }

@@ -165,9 +165,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 	flushes := []time.Duration{length * 3 / 10, length * 8 / 10}
 	var allDown, allBack time.Time
 	at := func(d time.Duration) {
-		if w := time.Until(begin.Add(d)); w > 0 {
-			time.Sleep(w)
-		}
+		testenv.Elapse(time.Until(begin.Add(d))) // the fault's place in the schedule
 	}
 	var log []string
 	kills := 0
@@ -184,7 +182,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 				c.kill(i)
 			}
 			allDown = time.Now()
-			time.Sleep(allDownFor) // every replica down: part of the fault schedule
+			testenv.Elapse(allDownFor) // every replica down: part of the fault schedule
 			c.start(victim % 3)
 			allBack = c.spans[len(c.spans)-1].from
 			log = append(log, fmt.Sprintf("+%.1fs all replicas SIGKILLed, r%d back at +%.1fs", allDown.Sub(begin).Seconds(),
@@ -201,7 +199,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 		c.kill(victim % 3)
 		kills++
 		killed := time.Now()
-		time.Sleep(time.Second) // the replica's down time: part of the fault schedule
+		testenv.Elapse(time.Second) // the replica's down time: part of the fault schedule
 		c.start(victim % 3)
 		log = append(log, fmt.Sprintf("+%.1fs r%d SIGKILLed, back at +%.1fs", killed.Sub(begin).Seconds(), victim%3,
 			time.Since(begin).Seconds()))

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/taskforge/taskforge/internal/testenv"
 )
 
 // polled is the part of a poll response the test workers use.
@@ -50,7 +52,7 @@ func runWorkers(ctx context.Context, n int, urls []string, queue string, l *ledg
 					"worker_id": workerID, "queues": []string{queue}, "max_tasks": 10, "wait_ms": 500}, &out)
 				if err != nil || status != 200 {
 					target++
-					time.Sleep(20 * time.Millisecond)
+					testenv.Elapse(20 * time.Millisecond) // a worker's pause before it tries another replica
 					continue
 				}
 				for _, p := range out.Tasks {
