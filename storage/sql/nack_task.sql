@@ -1,7 +1,8 @@
 -- name: nack_task
 -- nack_task ends the current attempt as failed (or cancelled, when a cancel was
--- requested) and moves the task to retry, dead or cancelled; a workflow step that ends
--- dead or cancelled ends its workflow (the workflow cascade of ended steps). $7 is the
+-- requested) and moves the task to retry, dead or cancelled (taskforge_next_status,
+-- after taskforge_backoff_ms when it retries: migration 0016); a workflow step that ends
+-- dead or cancelled ends its workflow (taskforge_steps_ended, migration 0017). $7 is the
 -- time (NULL: now()).
 --
 -- Parameters:
@@ -19,11 +20,9 @@ WITH wf_locked AS MATERIALIZED (
 	FOR UPDATE
 ), cur AS (
 	SELECT t.id,
-		CASE WHEN t.cancel_requested THEN 'cancelled'
-			WHEN NOT $4 OR t.attempts - t.releases > t.max_retries THEN 'dead'
-			ELSE 'retry' END AS next_status,
-		coalesce($7::timestamptz, now()) + coalesce($5::float8, least(q.backoff_base_ms * power(2::float8, t.attempts - 1)
-	+ floor(random() * (q.backoff_base_ms + 1)), q.backoff_max_ms::float8)) * interval '1 millisecond' AS retry_at
+		taskforge_next_status(t.attempts, t.releases, t.max_retries, t.cancel_requested, $4) AS next_status,
+		coalesce($7::timestamptz, now()) + coalesce($5::float8,
+			taskforge_backoff_ms(t.attempts, q.backoff_base_ms, q.backoff_max_ms)) * interval '1 millisecond' AS retry_at
 	FROM tasks t JOIN queues q ON q.name = t.queue
 	WHERE t.id = $1 AND t.lease_token = $2 AND t.claimed_by = $3
 	AND t.status || '' = 'executing' AND t.lease_expires_at > coalesce($7::timestamptz, now()) AND (SELECT count(*) FROM wf_locked) >= 0
@@ -43,45 +42,10 @@ WITH wf_locked AS MATERIALIZED (
 	UPDATE attempts a SET finished_at = coalesce($7::timestamptz, now()), error = $6,
 		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
 	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
-), failed_steps AS MATERIALIZED (
-	SELECT DISTINCT ON (s.workflow_id) s.id AS by_task, s.workflow_id, s.step, s.status, w.generation FROM nacked s
-	JOIN workflow_steps ws ON ws.task_id = s.id
-	JOIN workflows w ON w.id = s.workflow_id
-	WHERE s.workflow_id IS NOT NULL AND s.status IN ('dead', 'cancelled')
-	ORDER BY s.workflow_id, s.status = 'dead' DESC, s.step
-), ended_workflows AS (
-	UPDATE workflows w SET status = CASE WHEN f.status = 'dead' THEN 'failed' ELSE 'cancelled' END,
-		finished_at = now(), updated_at = now()
-	FROM failed_steps f
-	WHERE w.id = f.workflow_id AND w.status = 'running' AND w.generation = f.generation
-	RETURNING w.id, w.status, f.step, f.status AS step_status, f.by_task
-), cascade_targets AS MATERIALIZED (
-	-- Locked first, so that the status each had is the one the cascade changes.
-	SELECT t.id, t.status, e.step AS cause, e.step_status, e.by_task
-	FROM ended_workflows e JOIN workflow_steps ws ON ws.workflow_id = e.id
-	JOIN tasks t ON t.id = ws.task_id
-	WHERE t.status IN ('blocked', 'pending', 'claimed', 'retry', 'executing')
-		AND t.id NOT IN (SELECT id FROM nacked)
-	ORDER BY t.id
-	FOR UPDATE OF t
-), cascaded AS (
-	UPDATE tasks t SET
-		status = CASE WHEN t.status = 'executing' THEN 'executing' ELSE 'cancelled' END,
-		cancel_requested = (t.status = 'executing'),
-		finished_at = CASE WHEN t.status = 'executing' THEN t.finished_at ELSE now() END,
-		last_error = 'workflow step ' || c.cause
-			|| CASE WHEN c.step_status = 'dead' THEN ' died' ELSE ' was cancelled' END,
-		updated_at = now()
-	FROM cascade_targets c
-	WHERE t.id = c.id
-	RETURNING t.id, t.queue, t.step, t.attempts, t.workflow_id, c.status AS from_status, c.by_task
-), step_effects AS (
-	SELECT e.by_task AS effect_of,
-		jsonb_build_object('workflow_ended', e.status, 'cascaded', coalesce(c.list, '[]'::jsonb)) AS effects
-	FROM ended_workflows e
-	LEFT JOIN (SELECT by_task, jsonb_agg(jsonb_build_object('id', id, 'queue', queue, 'step', step,
-			'workflow_id', workflow_id, 'attempts', attempts, 'from_status', from_status) ORDER BY id) AS list
-		FROM cascaded GROUP BY by_task) c ON c.by_task = e.by_task
+), step_effects AS MATERIALIZED (
+	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps,
+		array_agg(status) AS statuses FROM nacked WHERE workflow_id IS NOT NULL) s
+	CROSS JOIN LATERAL taskforge_steps_ended(s.ids, s.workflow_ids, s.steps, s.statuses) fx -- migration 0017
 )
 SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
