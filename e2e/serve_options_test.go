@@ -106,7 +106,7 @@ func TestJanitorRunsInServe(t *testing.T) {
 	}
 	s.Must(200, "POST", "/workers/ack", map[string]any{"worker_id": "w", "task_id": p[0].ID, "lease_token": p[0].LeaseToken})
 	waiting := s.Enqueue("q", map[string]any{"payload": "waiting", "scheduled_at": "2099-01-01T00:00:00Z"})
-	testserver.Eventually(t, 15*time.Second, "the done task swept", func() bool {
+	s.Signals.JanitorSweep.WaitUntil(t, "the janitor's sweep of the done task", func() bool {
 		return s.Do("GET", "/queues/q/tasks/"+done.ID, nil).Status == 404
 	})
 	if got := s.Task("q", waiting.ID); got.Status != "pending" {

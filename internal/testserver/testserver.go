@@ -216,7 +216,10 @@ func (in *Instance) Must(want int, method, path string, body any) Response {
 	return resp
 }
 
-// Eventually polls cond every 10 ms until it holds or timeout passes.
+// Eventually polls cond every 10 ms until it holds or timeout passes. Where a loop
+// of the replica makes cond true, wait on its signal instead (Instance.Signals:
+// WaitUntil checks cond once per step of that loop); Eventually is for state no
+// signal reports, such as another process's.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
