@@ -141,7 +141,12 @@ class Graphile {
     const u = new URL(serverURL);
     u.pathname = "/" + g.dbName;
     g.url = u.toString();
-    g.utils = await makeWorkerUtils({ connectionString: g.url });
+    // One pool of ours for the utils and every runner, ended before the
+    // database is dropped (a pool of graphile-worker's own could still hold a
+    // connection that the drop terminates, an unhandled error).
+    g.pool = new pg.Pool({ connectionString: g.url, max: 110 });
+    g.pool.on("error", () => {});
+    g.utils = await makeWorkerUtils({ pgPool: g.pool, logger: quietLogger });
     await g.utils.migrate();
     return g;
   }
@@ -159,9 +164,8 @@ class Graphile {
 
   runner(workers, handler) {
     return run({
-      connectionString: this.url,
+      pgPool: this.pool,
       concurrency: workers,
-      maxPoolSize: Math.max(10, Math.min(workers + 2, 50)),
       noHandleSignals: true,
       pollInterval: 1000,
       taskList: { bench: handler },
@@ -212,6 +216,7 @@ class Graphile {
 
   async close() {
     await this.utils?.release();
+    await this.pool?.end();
     await this.admin.query(`DROP DATABASE IF EXISTS ${this.dbName} WITH (FORCE)`);
     await this.admin.end();
   }
