@@ -307,11 +307,12 @@ func languageFlags(cmd *cobra.Command, kind string, commands map[string]*string)
 }
 
 // languageCommand splits a command at spaces and makes its relative file
-// arguments absolute, so that it runs from any directory.
+// arguments (words with a slash, not flags) absolute, so that it runs from any
+// directory.
 func languageCommand(command *string) []string {
 	words := strings.Fields(*command)
 	for i, w := range words {
-		if i > 0 && !filepath.IsAbs(w) && strings.Contains(w, "/") {
+		if i > 0 && !filepath.IsAbs(w) && !strings.HasPrefix(w, "-") && strings.Contains(w, "/") {
 			if abs, err := filepath.Abs(w); err == nil {
 				words[i] = abs
 			}
