@@ -3,8 +3,8 @@ benchmark harness (`taskforge bench --language python`): the ``noop`` handler
 returns at once, ``sleep`` sleeps payload.ms. Settings come from the
 environment, as the harness sets them: TASKFORGE_URL, QUEUE, HANDLER (noop or
 sleep), CONCURRENCY, PREFETCH (default the SDK's), WORKER_ID. Stops gracefully
-on SIGTERM or SIGINT. With TASKFORGE_CPROFILE=FILE it writes a cProfile of the
-whole run to FILE."""
+on SIGTERM or SIGINT. With TASKFORGE_CPROFILE=FILE it writes a cProfile of every
+thread over the whole run to FILE."""
 
 from __future__ import annotations
 
@@ -35,11 +35,30 @@ def main() -> None:
     w.handle(env["QUEUE"])(handler)
 
     profile = env.get("TASKFORGE_CPROFILE")
-    if profile:
-        import cProfile
-        cProfile.runctx("w.run()", globals(), {"w": w}, profile)
-    else:
+    if not profile:
         w.run()
+        return
+    # Every thread's profile (the poller, the task threads, the acks), merged.
+    import cProfile
+    import pstats
+    import threading
+
+    profiles: list[cProfile.Profile] = []
+
+    def profile_thread(*_: object) -> None:
+        sys.setprofile(None)
+        p = cProfile.Profile()
+        profiles.append(p)
+        p.enable()
+
+    threading.setprofile(profile_thread)
+    main_profile = cProfile.Profile()
+    main_profile.enable()
+    try:
+        w.run()
+    finally:
+        main_profile.disable()
+        pstats.Stats(main_profile, *profiles).dump_stats(profile)
 
 
 if __name__ == "__main__":
