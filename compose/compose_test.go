@@ -35,7 +35,14 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // environment (nil: every variable takes its default).
 func load(t *testing.T, env []string) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"},
+	return loadFiles(t, env, "docker-compose.yml")
+}
+
+// loadFiles loads compose files as `docker compose -f ... -f ...` would, each later
+// file overriding the ones before it.
+func loadFiles(t *testing.T, env []string, files ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(files,
 		cli.WithWorkingDirectory("."), cli.WithEnv(env), cli.WithInterpolation(true),
 		cli.WithResolvedPaths(true))
 	if err != nil {
@@ -43,7 +50,7 @@ func load(t *testing.T, env []string) *types.Project {
 	}
 	p, err := opts.LoadProject(context.Background())
 	if err != nil {
-		t.Fatalf("load docker-compose.yml: %v", err)
+		t.Fatalf("load %v: %v", files, err)
 	}
 	return p
 }

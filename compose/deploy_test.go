@@ -3,7 +3,6 @@ package compose_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/taskforge/taskforge/client/wire"
@@ -39,17 +37,7 @@ var testReplicaPorts = map[string]int{"taskforge-1": 18081, "taskforge-2": 18082
 // with the loopback override docker-compose.test.yml.
 func loadTestStack(t *testing.T) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml", "docker-compose.test.yml"},
-		cli.WithWorkingDirectory("."), cli.WithEnv(nil), cli.WithInterpolation(true),
-		cli.WithResolvedPaths(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := opts.LoadProject(context.Background())
-	if err != nil {
-		t.Fatalf("load docker-compose.yml with docker-compose.test.yml: %v", err)
-	}
-	return p
+	return loadFiles(t, nil, "docker-compose.yml", "docker-compose.test.yml")
 }
 
 // isLoopback reports whether host is an address in 127.0.0.0/8.
@@ -256,7 +244,7 @@ func TestComposeDeployment(t *testing.T) {
 		lw.flush()
 		for _, line := range lw.lines {
 			if m := stepTimes.FindStringSubmatch(line); m != nil {
-				steps = append(steps, m[1]+" "+m[2])
+				steps = append(steps, args[0]+"/"+m[1]+" "+m[2])
 			}
 		}
 		if err != nil {

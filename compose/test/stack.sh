@@ -80,7 +80,9 @@ build_compose() {
 	# Built inside the module's own tree, so that its go.mod (replace and exclude
 	# directives included) applies, as in its release build.
 	local dir src
-	dir=$(go mod download -json "github.com/docker/compose/v5@$COMPOSE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+	# (From outside this module, whose go.mod and go.sum must not change.)
+	dir=$(cd "$RUN" && go mod download -json "github.com/docker/compose/v5@$COMPOSE_VERSION" |
+		sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 	src=$RUN/compose-src
 	rm -rf "$src"
 	cp -r "$dir" "$src"
