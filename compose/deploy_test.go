@@ -230,7 +230,7 @@ func TestComposeDeployment(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the private dockerd needs root")
 	}
-	start := time.Now()
+	start, loadBefore := time.Now(), loadAverage()
 	ifacesBefore := interfaceNames(t)
 	var steps []string
 	stepTimes := regexp.MustCompile(`^stack: step (\S+) took (\S+)$`)
@@ -265,8 +265,8 @@ func TestComposeDeployment(t *testing.T) {
 		if !downDone {
 			stack("down")
 		}
-		t.Logf("== steps (stack.sh's and the test's):\n  %s\n== total %s", strings.Join(steps, "\n  "),
-			time.Since(start).Round(time.Second))
+		t.Logf("== steps (stack.sh's and the test's):\n  %s\n== total %s; load average %s at the start, %s at the end",
+			strings.Join(steps, "\n  "), time.Since(start).Round(time.Second), loadBefore, loadAverage())
 	})
 
 	stack("up")
@@ -440,6 +440,15 @@ func waitHealthy(t *testing.T, stack func(...string) string) {
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load, for the figures' context.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func interfaceNames(t *testing.T) []string {
