@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -47,28 +45,6 @@ func TestBenchCompareUsage(t *testing.T) {
 	}
 }
 
-// runBench runs a bench subcommand in-process as main does, and returns what it
-// printed and its exit code.
-func runBench(t *testing.T, args ...string) result {
-	t.Helper()
-	root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(benchCommand())
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs(args)
-	code := 0
-	if err := root.ExecuteContext(context.Background()); err != nil {
-		fmt.Fprintln(&errOut, "taskforge:", err)
-		code = 1
-		var exit exitError
-		if errors.As(err, &exit) {
-			code = exit.code
-		}
-	}
-	return result{stdout: out.String(), stderr: errOut.String(), code: code}
-}
-
 // TestBenchWithServers: `taskforge bench with-servers -- CMD` runs CMD against a
 // throwaway PostgreSQL configured as production runs it and a throwaway Redis,
 // passes CMD's exit status on, and leaves neither server running.
@@ -85,7 +61,7 @@ func TestBenchWithServers(t *testing.T) {
 	script := `pg_isready -q -d "$DATABASE_URL" && redis-cli -u "$REDIS_URL" ping &&
 psql "$DATABASE_URL" -AtX -c 'SHOW autovacuum' -c 'SHOW fsync' -c 'SHOW shared_buffers' -c 'SHOW max_wal_size' -c 'SHOW max_connections' &&
 echo "$DATABASE_URL $REDIS_URL"`
-	r := runBench(t, "bench", "with-servers", "--", "sh", "-c", script)
+	r := run(t, "", "bench", "with-servers", "--", "sh", "-c", script)
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -101,7 +77,7 @@ echo "$DATABASE_URL $REDIS_URL"`
 		t.Errorf("Redis still answers after the command: %s", out)
 	}
 
-	if r := runBench(t, "bench", "with-servers", "--", "sh", "-c", "exit 7"); r.code != 7 {
+	if r := run(t, "", "bench", "with-servers", "--", "sh", "-c", "exit 7"); r.code != 7 {
 		t.Errorf("a command that exits 7: exit %d, want 7\nstderr: %s", r.code, r.stderr)
 	}
 }

@@ -129,58 +129,21 @@ async function timeEach(n, f) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// --- graphile-worker ---------------------------------------------------------------
+// --- the systems ---------------------------------------------------------------------
 
-class Graphile {
-  static async open(serverURL) {
-    const g = new Graphile();
-    g.admin = new pg.Client({ connectionString: serverURL });
-    await g.admin.connect();
-    g.dbName = `peers_graphile_${process.pid}`;
-    await g.admin.query(`CREATE DATABASE ${g.dbName}`);
-    const u = new URL(serverURL);
-    u.pathname = "/" + g.dbName;
-    g.url = u.toString();
-    // One pool of ours for the utils and every runner, ended before the
-    // database is dropped (a pool of graphile-worker's own could still hold a
-    // connection that the drop terminates, an unhandled error).
-    g.pool = new pg.Pool({ connectionString: g.url, max: 110 });
-    g.pool.on("error", () => {});
-    g.utils = await makeWorkerUtils({ pgPool: g.pool, logger: quietLogger });
-    await g.utils.migrate();
-    return g;
-  }
-
-  async reset() {
-    await this.utils.withPgClient((c) => c.query("TRUNCATE graphile_worker._private_jobs CASCADE"));
-  }
-
-  async addMany(n, payload) {
-    for (let left = n; left > 0; left -= BATCH) {
-      const specs = Array.from({ length: Math.min(left, BATCH) }, () => ({ identifier: "bench", payload }));
-      await this.utils.addJobs(specs);
-    }
-  }
-
-  runner(workers, handler) {
-    return run({
-      pgPool: this.pool,
-      concurrency: workers,
-      noHandleSignals: true,
-      pollInterval: 1000,
-      taskList: { bench: handler },
-      logger: quietLogger,
-      preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
-    });
-  }
-
+/**
+ * The workloads on one system, which gives: reset(), addMany(n, data) (batched),
+ * addOne(data), and start(workers, handler) that runs handler(data) for each task
+ * on `workers` concurrent handlers and resolves to something with stop().
+ */
+class Peer {
   async drain(n, workers, sleepMs) {
     await this.reset();
     await this.addMany(n, { sleep_ms: sleepMs });
     const sp = span(n);
-    const r = await this.runner(workers, async (p) => {
+    const r = await this.start(workers, async (data) => {
       sp.start();
-      if (p.sleep_ms > 0) await sleep(p.sleep_ms);
+      if (data.sleep_ms > 0) await sleep(data.sleep_ms);
       sp.end();
     });
     try {
@@ -200,9 +163,9 @@ class Graphile {
   async latency(n, workers, rate) {
     await this.reset();
     const l = latencies(n);
-    const r = await this.runner(workers, async (p) => l.received(p.sent_at));
+    const r = await this.start(workers, async (data) => l.received(data.sent_at));
     try {
-      await pace(n, rate, () => this.utils.addJob("bench", { sent_at: now() }));
+      await pace(n, rate, () => this.addOne({ sent_at: now() }));
       return await l.wait();
     } finally {
       await r.stop();
@@ -211,7 +174,53 @@ class Graphile {
 
   async roundTrips(n) {
     await this.reset();
-    return timeEach(n, () => this.utils.addJob("bench", {}));
+    return timeEach(n, () => this.addOne({}));
+  }
+}
+
+class Graphile extends Peer {
+  static async open(serverURL) {
+    const g = new Graphile();
+    g.admin = new pg.Client({ connectionString: serverURL });
+    await g.admin.connect();
+    g.dbName = `peers_graphile_${process.pid}`;
+    await g.admin.query(`CREATE DATABASE ${g.dbName}`);
+    const u = new URL(serverURL);
+    u.pathname = "/" + g.dbName;
+    // One pool of ours for the utils and every runner, ended before the
+    // database is dropped (a pool of graphile-worker's own could still hold a
+    // connection that the drop terminates, an unhandled error).
+    g.pool = new pg.Pool({ connectionString: u.toString(), max: 110 });
+    g.pool.on("error", () => {});
+    g.utils = await makeWorkerUtils({ pgPool: g.pool, logger: quietLogger });
+    await g.utils.migrate();
+    return g;
+  }
+
+  async reset() {
+    await this.utils.withPgClient((c) => c.query("TRUNCATE graphile_worker._private_jobs CASCADE"));
+  }
+
+  async addMany(n, payload) {
+    for (let left = n; left > 0; left -= BATCH) {
+      await this.utils.addJobs(Array.from({ length: Math.min(left, BATCH) }, () => ({ identifier: "bench", payload })));
+    }
+  }
+
+  addOne(payload) {
+    return this.utils.addJob("bench", payload);
+  }
+
+  start(workers, handler) {
+    return run({
+      pgPool: this.pool,
+      concurrency: workers,
+      noHandleSignals: true,
+      pollInterval: 1000,
+      taskList: { bench: (payload) => handler(payload) },
+      logger: quietLogger,
+      preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+    });
   }
 
   async close() {
@@ -224,9 +233,7 @@ class Graphile {
 
 const quietLogger = new Logger(() => () => {});
 
-// --- BullMQ ------------------------------------------------------------------------
-
-class BullMQ {
+class BullMQ extends Peer {
   static async open(redisAddr) {
     const b = new BullMQ();
     const [host, port] = redisAddr.split(":");
@@ -249,49 +256,15 @@ class BullMQ {
     }
   }
 
-  worker(workers, handler) {
-    return new Worker(this.name, handler, { connection: this.connection, prefix: this.prefix, concurrency: workers });
+  addOne(data) {
+    return this.queue.add("bench", data, { removeOnComplete: true });
   }
 
-  async drain(n, workers, sleepMs) {
-    await this.reset();
-    await this.addMany(n, { sleep_ms: sleepMs });
-    const sp = span(n);
-    const w = this.worker(workers, async (job) => {
-      sp.start();
-      if (job.data.sleep_ms > 0) await sleep(job.data.sleep_ms);
-      sp.end();
-    });
-    try {
-      return await sp.wait();
-    } finally {
-      await w.close();
-    }
-  }
-
-  async preload(n) {
-    await this.reset();
-    const t0 = now();
-    await this.addMany(n, {});
-    return n / ((now() - t0) / 1000);
-  }
-
-  async latency(n, workers, rate) {
-    await this.reset();
-    const l = latencies(n);
-    const w = this.worker(workers, async (job) => l.received(job.data.sent_at));
+  async start(workers, handler) {
+    const w = new Worker(this.name, (job) => handler(job.data),
+      { connection: this.connection, prefix: this.prefix, concurrency: workers });
     await w.waitUntilReady();
-    try {
-      await pace(n, rate, () => this.queue.add("bench", { sent_at: now() }, { removeOnComplete: true }));
-      return await l.wait();
-    } finally {
-      await w.close();
-    }
-  }
-
-  async roundTrips(n) {
-    await this.reset();
-    return timeEach(n, () => this.queue.add("bench", {}, { removeOnComplete: true }));
+    return { stop: () => w.close() };
   }
 
   async close() {
