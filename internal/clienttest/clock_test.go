@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/client"
-	"github.com/taskforge/taskforge/internal/testserver"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/server"
 )
 
@@ -27,6 +27,14 @@ type fakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []fakeWaiter
+	waits   testsignal.Signal[struct{}] // every After
+}
+
+// newFakeClock returns a clock set to now.
+func newFakeClock() *fakeClock {
+	c := &fakeClock{now: time.Now()}
+	c.waits.Init()
+	return c
 }
 
 type fakeWaiter struct {
@@ -45,6 +53,7 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
 	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	c.waits.Signal(struct{}{})
 	return ch
 }
 
@@ -62,6 +71,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 		w.ch <- c.now
 	}
 	c.waiters = kept
+}
+
+// waitWaiting waits until a wait is pending, checking at every After: the worker's
+// loop (what) has come round to wait on the clock.
+func (c *fakeClock) waitWaiting(t *testing.T, what string) {
+	t.Helper()
+	c.waits.WaitUntil(t, what, func() bool { return c.Waiting() > 0 })
 }
 
 // Waiting is how many waits are pending.
@@ -87,10 +103,12 @@ func TestLeaseEstimateWithInjectedClock(t *testing.T) {
 	// A proxy in front of the real server that fails heartbeats once cut is set.
 	var cut atomic.Bool
 	var failedBeats atomic.Int32
+	var failed testsignal.Signal[int32]
+	failed.Init()
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cut.Load() && strings.HasPrefix(r.URL.Path, "/workers/heartbeat") {
-			failedBeats.Add(1)
+			failed.Signal(failedBeats.Add(1))
 			http.Error(w, "heartbeats cut by the test", http.StatusBadGateway)
 			return
 		}
@@ -105,7 +123,7 @@ func TestLeaseEstimateWithInjectedClock(t *testing.T) {
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 	task := must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: 1}))
 
-	clock := &fakeClock{now: time.Now()}
+	clock := newFakeClock()
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-clock", Concurrency: 1, PollWait: time.Second,
 		ShutdownGrace: -1, Logger: logger(), Clock: clock})
 	started := make(chan struct{})
@@ -125,10 +143,10 @@ func TestLeaseEstimateWithInjectedClock(t *testing.T) {
 	step := func() {
 		t.Helper()
 		before := failedBeats.Load()
-		testserver.Eventually(t, 10*time.Second, "the heartbeater waits", func() bool { return clock.Waiting() > 0 })
+		clock.waitWaiting(t, "the heartbeater waits")
 		clock.Advance(interval)
-		testserver.Eventually(t, 10*time.Second, "a failed heartbeat", func() bool { return failedBeats.Load() > before })
-		testserver.Eventually(t, 10*time.Second, "the heartbeater waits again", func() bool { return clock.Waiting() > 0 })
+		failed.WaitUntil(t, "a failed heartbeat", func() bool { return failedBeats.Load() > before })
+		clock.waitWaiting(t, "the heartbeater waits again")
 	}
 	// Within the lease, failures only retry. The estimate is the lease the poll's
 	// answer gave (expiry minus its Date header, which is truncated to the second:
@@ -206,6 +224,8 @@ func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
 	var mu sync.Mutex
 	var single int
 	var batches []int // leases per batch request
+	var batched testsignal.Signal[int]
+	batched.Init()
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -226,6 +246,7 @@ func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
 			mu.Lock()
 			batches = append(batches, len(req.Leases))
 			mu.Unlock()
+			batched.Signal(len(req.Leases))
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		proxy.ServeHTTP(w, r)
@@ -240,13 +261,15 @@ func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: i}))
 	}
-	clock := &fakeClock{now: time.Now()}
+	clock := newFakeClock()
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-batch", Concurrency: 5, PollWait: time.Second,
 		ShutdownGrace: -1, Logger: logger(), Clock: clock})
 	var running atomic.Int32
+	var started testsignal.Signal[int32]
+	started.Init()
 	release := make(chan struct{})
 	w.Handle("q", func(ctx context.Context, _ *client.Job) error {
-		running.Add(1)
+		started.Signal(running.Add(1))
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -255,18 +278,18 @@ func TestHeartbeatsAreOneRequestPerInterval(t *testing.T) {
 	})
 	start(t, w)
 	t.Cleanup(func() { close(release) })
-	testserver.Eventually(t, 10*time.Second, "five handlers running", func() bool { return running.Load() == 5 })
+	started.WaitUntil(t, "five handlers running", func() bool { return running.Load() == 5 })
 
 	for round := 1; round <= 2; round++ {
-		testserver.Eventually(t, 10*time.Second, "the heartbeater waits", func() bool { return clock.Waiting() > 0 })
+		clock.waitWaiting(t, "the heartbeater waits")
 		clock.Advance(interval)
-		testserver.Eventually(t, 10*time.Second, "a heartbeat batch", func() bool {
+		batched.WaitUntil(t, "a heartbeat batch", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(batches) == round
 		})
 	}
-	testserver.Eventually(t, 10*time.Second, "the heartbeater waits again", func() bool { return clock.Waiting() > 0 })
+	clock.waitWaiting(t, "the heartbeater waits again")
 	mu.Lock()
 	defer mu.Unlock()
 	if single != 0 || len(batches) != 2 || batches[0] != 5 || batches[1] != 5 {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/client"
-	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/server"
 )
 
@@ -255,7 +254,7 @@ func TestWorkerCancelStopsHandler(t *testing.T) {
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 	b := newBlocker()
-	clock := &fakeClock{now: time.Now()}
+	clock := newFakeClock()
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-cancel", Concurrency: 1, PollWait: time.Second,
 		ShutdownGrace: -1, Logger: logger(), Clock: clock})
 	w.Handle("q", b.handle)
@@ -267,7 +266,7 @@ func TestWorkerCancelStopsHandler(t *testing.T) {
 	if !req.CancelRequested || req.Status != client.StatusExecuting {
 		t.Fatalf("cancel of an executing task: %+v", req)
 	}
-	testserver.Eventually(t, 10*time.Second, "the heartbeater waits", func() bool { return clock.Waiting() > 0 })
+	clock.waitWaiting(t, "the heartbeater waits")
 	clock.Advance(hb)
 	_, cause := b.end(t, task.ID, 10*time.Second)
 	if !errors.Is(cause, client.ErrTaskCancelled) {
