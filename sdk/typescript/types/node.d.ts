@@ -103,3 +103,33 @@ declare module "node:net" {
   }
   export function createServer(): Server;
 }
+
+declare module "node:http" {
+  export interface IncomingMessage {
+    readonly statusCode?: number;
+    readonly statusMessage?: string;
+    readonly headers: Record<string, string | string[] | undefined>;
+    setEncoding(enc: string): unknown;
+    on(event: "data", listener: (chunk: string) => void): unknown;
+    on(event: "end" | "close", listener: () => void): unknown;
+    on(event: "error", listener: (err: Error) => void): unknown;
+  }
+  export interface ClientRequest {
+    on(event: "error", listener: (err: Error) => void): unknown;
+    end(body?: Uint8Array): unknown;
+  }
+  export interface RequestOptions {
+    method?: string;
+    headers?: Record<string, string | number>;
+    signal?: AbortSignal;
+  }
+  export function request(url: string, options: RequestOptions, callback: (res: IncomingMessage) => void): ClientRequest;
+}
+
+declare module "node:https" {
+  export function request(
+    url: string,
+    options: import("node:http").RequestOptions,
+    callback: (res: import("node:http").IncomingMessage) => void,
+  ): import("node:http").ClientRequest;
+}
