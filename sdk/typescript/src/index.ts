@@ -2,7 +2,7 @@
  * @taskforge/client: the TypeScript SDK of TaskForge for Node.js (>= 20).
  *
  * - {@link Client}: every producer endpoint of the HTTP API (queues, tasks, the
- *   dead-letter queue, schedules) and the worker protocol, on the built-in fetch.
+ *   dead-letter queue, schedules) and the worker protocol, over node:http (or a fetch given in ClientOptions).
  * - {@link Worker}: a worker runtime that polls, heartbeats and reports for your
  *   handlers, with AbortSignal-driven graceful shutdown ({@link shutdownSignal}).
  *
