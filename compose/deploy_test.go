@@ -101,6 +101,9 @@ func TestOverrideKeepsTheStackOnLoopback(t *testing.T) {
 	if env(pg, "PGPORT") != strconv.Itoa(testPostgresPort) || !slices.Contains(pg.Command, "listen_addresses=127.0.0.1") {
 		t.Errorf("postgres: PGPORT %q, command %v; want %d on 127.0.0.1 only", env(pg, "PGPORT"), pg.Command, testPostgresPort)
 	}
+	if env(pg, "POSTGRES_INITDB_ARGS") != "--auth-host=scram-sha-256" {
+		t.Errorf("postgres: POSTGRES_INITDB_ARGS %q; over loopback the replicas' password would go unchecked", env(pg, "POSTGRES_INITDB_ARGS"))
+	}
 	use(testPostgresPort, "postgres")
 	// pg_isready takes PGPORT from the container's environment.
 	if got, want := strings.Join(pg.HealthCheck.Test, " "), strings.Join(service(t, base, "postgres").HealthCheck.Test, " "); got != want {
