@@ -188,13 +188,10 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 
 // insert enqueues tasks through the lifecycle, under a span that joins the
 // producer's trace (the request's traceparent header). With refs, only the ids of
-// the tasks created are sure to be filled in (lifecycle.EnqueueRefs).
+// the tasks created are sure to be filled in.
 func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask, refs bool) ([]storage.Enqueued, error) {
 	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
-	if refs {
-		return s.lc.EnqueueRefs(ctx, queue, tasks)
-	}
-	return s.lc.Enqueue(ctx, queue, tasks)
+	return s.lc.Enqueue(ctx, queue, tasks, !refs)
 }
 
 func (s *Server) getTask(c *gin.Context) {

@@ -450,11 +450,7 @@ func (s *Server) ackItems(workerID string, acks []wire.AckItem) ([]storage.AckIt
 // acked, or, when it timed out, nobody knows. withTasks puts each done task in its
 // result.
 func (s *Server) commitAcks(ctx context.Context, workerID string, items []storage.AckItem, withTasks bool) ([]wire.AckResult, error) {
-	ack := s.lc.AckManyRefs
-	if withTasks {
-		ack = s.lc.AckMany
-	}
-	outcomes, err := ack(ctx, workerID, items)
+	outcomes, err := s.lc.AckMany(ctx, workerID, items, withTasks)
 	if err != nil {
 		return nil, err
 	}

@@ -197,7 +197,7 @@ func BenchmarkClaimAckBatch(b *testing.B) {
 		for i, t := range claimed {
 			items[i] = storage.AckItem{TaskID: t.ID, LeaseToken: *t.LeaseToken, WorkerID: "bench"}
 		}
-		if acked, err := s.AckPlainMany(ctx, items); err != nil || len(acked) != size {
+		if acked, err := s.AckMany(ctx, items, false); err != nil || len(acked) != size {
 			b.Fatalf("acked %d of %d: %v", len(acked), size, err)
 		}
 	}

@@ -83,7 +83,9 @@ func TestEnqueueWithoutKeysIsOneStatement(t *testing.T) {
 		before := counter.n.Load()
 		enqueue := store.Enqueue
 		if tc.buffered {
-			enqueue = store.EnqueueBuffered
+			enqueue = func(ctx context.Context, queue string, tasks []storage.NewTask, tp *string) ([]storage.Enqueued, error) {
+				return store.EnqueueWith(ctx, queue, tasks, storage.EnqueueOptions{Traceparent: tp, Buffered: true})
+			}
 		}
 		out, err := enqueue(ctx, "q", tc.tasks, nil)
 		if err != nil {
@@ -113,12 +115,12 @@ func TestEnqueueWithoutKeysIsOneStatement(t *testing.T) {
 		t.Errorf("an enqueue into the buffer woke the dispatchers: %+v", n)
 	}
 
-	again, err := store.EnqueueBuffered(ctx, "q", []storage.NewTask{task(&key, nil)}, nil)
+	again, err := store.EnqueueWith(ctx, "q", []storage.NewTask{task(&key, nil)}, storage.EnqueueOptions{Buffered: true})
 	if err != nil || again[0].Created {
 		t.Errorf("the same key again: %+v %v, want the earlier task, not created", again, err)
 	}
 	for _, tasks := range [][]storage.NewTask{{task(nil, nil)}, {task(&key, nil)}} {
-		if _, err := store.EnqueueBuffered(ctx, "nope", tasks, nil); !errors.Is(err, storage.ErrQueueNotFound) {
+		if _, err := store.EnqueueWith(ctx, "nope", tasks, storage.EnqueueOptions{Buffered: true}); !errors.Is(err, storage.ErrQueueNotFound) {
 			t.Errorf("enqueue into a missing queue: %v, want ErrQueueNotFound", err)
 		}
 	}

@@ -35,3 +35,6 @@ func StatementFile(name string) string {
 	}
 	return string(b)
 }
+
+// AckPlainTasks is the plain ack's statement, for TestPlainLeaseTokens.
+var AckPlainTasks = ackPlainTasks

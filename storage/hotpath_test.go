@@ -28,7 +28,7 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.EnqueueBuffered(ctx, "q", newTasks(3), nil); err != nil {
+	if _, err := s.EnqueueWith(ctx, "q", newTasks(3), storage.EnqueueOptions{Buffered: true}); err != nil {
 		t.Fatal(err)
 	}
 	var ids []uuid.UUID
@@ -43,7 +43,7 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 		t.Fatal(err)
 	}
 	item := storage.AckItem{TaskID: claimed[1].ID, LeaseToken: *claimed[1].LeaseToken, WorkerID: "w"}
-	if acked, err := s.AckPlainRefs(ctx, []storage.AckItem{item}); err != nil || len(acked) != 1 {
+	if acked, err := s.AckMany(ctx, []storage.AckItem{item}, true); err != nil || len(acked) != 1 {
 		t.Fatalf("acked %d of 1 by its ref: %v", len(acked), err)
 	}
 	if drift, err := s.TallyDrift(ctx, "q"); err != nil || len(drift) > 0 {
@@ -67,9 +67,10 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 }
 
 // TestPlainLeaseTokens: a task outside a workflow is claimed with a version 8 lease
-// token and a workflow step with a version 4 one, and the plain ack leaves a
-// workflow step alone even with its current token, so a step's dependents are
-// never skipped.
+// token and a workflow step with a version 4 one; the plain ack statement leaves a
+// workflow step alone even with its current token, and AckMany sends a batch
+// holding a step's token to the statement that runs the cascade, even when it asks
+// for refs, so a step's dependents are never skipped.
 func TestPlainLeaseTokens(t *testing.T) {
 	ctx := context.Background()
 	s := workflowStore(t, "wq")
@@ -90,10 +91,21 @@ func TestPlainLeaseTokens(t *testing.T) {
 	}
 
 	item := storage.AckItem{TaskID: steps[0].ID, LeaseToken: *steps[0].LeaseToken, WorkerID: "w"}
-	if acked, err := s.AckPlainMany(ctx, []storage.AckItem{item}); err != nil || len(acked) != 0 {
-		t.Fatalf("plain ack of a workflow step: acked %d (%v), want none", len(acked), err)
+	n := 0
+	rows, err := s.Pool().Query(ctx, storage.AckPlainTasks,
+		[]uuid.UUID{item.TaskID}, []uuid.UUID{item.LeaseToken}, []string{"w"}, []*string{nil}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ack(t, s, steps[0])
+	for rows.Next() {
+		n++
+	}
+	if rows.Close(); rows.Err() != nil || n != 0 {
+		t.Fatalf("plain ack statement on a workflow step: acked %d (%v), want none", n, rows.Err())
+	}
+	if acked, err := s.AckMany(ctx, []storage.AckItem{item, {TaskID: plain[0].ID, LeaseToken: *plain[0].LeaseToken, WorkerID: "w"}}, true); err != nil || len(acked) != 2 {
+		t.Fatalf("a batch of a step's ack and a plain one: acked %d (%v), want both", len(acked), err)
+	}
 	wantStatuses(t, s, w.ID, map[string]string{"workflow": "running", "a": "done", "b": "pending"})
 }
 
@@ -116,7 +128,7 @@ func TestAckPlainRefs(t *testing.T) {
 		{TaskID: claimed[0].ID, LeaseToken: *claimed[0].LeaseToken, WorkerID: "w", Result: json.RawMessage(`{"ok":true}`)},
 		{TaskID: claimed[1].ID, LeaseToken: uuid.New(), WorkerID: "w"},
 	}
-	acked, err := s.AckPlainRefs(ctx, items)
+	acked, err := s.AckMany(ctx, items, true)
 	if err != nil || len(acked) != 1 {
 		t.Fatalf("acked %d, want only the task whose lease is held: %v", len(acked), err)
 	}
@@ -136,7 +148,7 @@ func TestAckPlainRefs(t *testing.T) {
 		ref.Traceparent == nil || *ref.Traceparent != traceparent {
 		t.Errorf("ref %+v does not match the stored task %+v", ref, stored)
 	}
-	if again, err := s.AckPlainRefs(ctx, items[:1]); err != nil || len(again) != 0 {
+	if again, err := s.AckMany(ctx, items[:1], true); err != nil || len(again) != 0 {
 		t.Errorf("a second ack of a done task acked %d: %v", len(again), err)
 	}
 	if other, _, err := s.GetTask(ctx, "q", claimed[1].ID); err != nil || other.Status != storage.StatusExecuting {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -144,12 +145,7 @@ func (s *Store) RecordWorker(ctx context.Context, workerID string, queues []stri
 // Ack records that the current attempt succeeded and the task is done. It returns
 // ErrLeaseLost, changing nothing, unless token is the current, unexpired lease.
 func (s *Store) Ack(ctx context.Context, workerID string, taskID, token uuid.UUID, result json.RawMessage) (Task, error) {
-	items := []AckItem{{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result}}
-	ackMany := s.AckMany
-	if PlainLeaseToken(token) {
-		ackMany = s.AckPlainMany
-	}
-	acked, err := ackMany(ctx, items)
+	acked, err := s.AckMany(ctx, []AckItem{{TaskID: taskID, LeaseToken: token, WorkerID: workerID, Result: result}}, false)
 	if err != nil {
 		return Task{}, err
 	}
@@ -169,26 +165,24 @@ type AckItem struct {
 }
 
 // AckMany acks a batch in one statement and returns the tasks it marked done, keyed
-// by id. An item whose lease is not held changes nothing and has no entry. It acks
-// any task; AckPlainMany is cheaper for tasks outside a workflow.
-func (s *Store) AckMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
-	return s.ack(ctx, s.pool, ackTasks, items, s.collectEnded)
-}
-
-// AckPlainMany is AckMany for tasks outside a workflow, on the hot pool: an item
-// whose task is a workflow step is not acked, as if its lease were not held. Give
-// it the items whose lease tokens PlainLeaseToken accepts; a token it accepts is
-// never a workflow step's.
-func (s *Store) AckPlainMany(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
-	return s.ack(ctx, s.hot, ackPlainTasks, items, s.collectEnded)
-}
-
-// AckPlainRefs is AckPlainMany for callers that answer without the tasks: of each
-// task acked it returns only its ID, Queue, Status, Attempts, LeaseToken,
+// by id. An item whose lease is not held changes nothing and has no entry.
+//
+// The batch picks the statement. When every lease token is a plain one
+// (PlainLeaseToken: tasks outside a workflow) it is ack_plain_tasks, on the hot
+// pool, without the workflow cascade; with refs, ack_plain_task_refs, which reads
+// back of each task only its ID, Queue, Status, Attempts, LeaseToken,
 // AttemptStartedAt, Traceparent, UpdatedAt and FinishedAt, the other fields left
-// zero.
-func (s *Store) AckPlainRefs(ctx context.Context, items []AckItem) (map[uuid.UUID]Task, error) {
-	return s.ack(ctx, s.hot, ackPlainTaskRefs, items, scanAckRefs)
+// zero. Any other batch goes whole to ack_tasks, which acks any task and runs the
+// workflow cascade. The two plain variants are kept for the figures their files'
+// headers give.
+func (s *Store) AckMany(ctx context.Context, items []AckItem, refs bool) (map[uuid.UUID]Task, error) {
+	switch {
+	case slices.ContainsFunc(items, func(it AckItem) bool { return !PlainLeaseToken(it.LeaseToken) }):
+		return s.ack(ctx, s.pool, ackTasks, items, s.collectEnded)
+	case refs:
+		return s.ack(ctx, s.hot, ackPlainTaskRefs, items, scanAckRefs)
+	}
+	return s.ack(ctx, s.hot, ackPlainTasks, items, s.collectEnded)
 }
 
 // scanAckRefs reads the rows of ackPlainTaskRefs (ackRefColumns).
@@ -204,7 +198,7 @@ func scanAckRefs(rows pgx.Rows) ([]Task, error) {
 // PlainLeaseToken reports whether token is the lease token of a claim of a task
 // outside a workflow (a version 8 UUID; a workflow step's is of version 4, as is
 // any token issued before version 0013 of the schema), so that its ack may go to
-// AckPlainMany.
+// the statement for such tasks (AckMany).
 func PlainLeaseToken(token uuid.UUID) bool { return token.Version() == 8 }
 
 // ack runs stmt, one of the ack statements, over items and reads its rows with

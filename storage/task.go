@@ -21,31 +21,26 @@ func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, trac
 	return s.EnqueueWith(ctx, queue, tasks, EnqueueOptions{Traceparent: traceparent})
 }
 
-// EnqueueBuffered is Enqueue that, when the queue is not paused and holds no due
-// task the dispatcher has yet to move, inserts the tasks without a ScheduledAt as
-// dispatched (StatusBuffered), as a dispatch pass would leave them, saving their
-// dispatch commit. The caller mirrors those into the buffer (buffer.Add); should it
-// not, the dispatcher's repair pass re-adds them, as after any lost ZADD. Other
-// tasks are pending, and announced to the dispatchers, as with Enqueue.
-func (s *Store) EnqueueBuffered(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
-	return s.EnqueueWith(ctx, queue, tasks, EnqueueOptions{Traceparent: traceparent, Buffered: true})
-}
-
 // EnqueueOptions are an enqueue's choices beyond its queue and tasks.
 type EnqueueOptions struct {
 	// Traceparent is recorded on every task: the enqueue's trace context, if any.
 	Traceparent *string
-	// Buffered inserts tasks due now as dispatched when it may (EnqueueBuffered).
+	// Buffered inserts the tasks without a ScheduledAt as dispatched
+	// (StatusBuffered), as a dispatch pass would leave them, saving their dispatch
+	// commit, when the queue is not paused and holds no due task the dispatcher has
+	// yet to move. The caller mirrors those into the buffer (buffer.Add); should it
+	// not, the dispatcher's repair pass re-adds them, as after any lost ZADD. Other
+	// tasks are pending, and announced to the dispatchers.
 	Buffered bool
 	// Refs returns of each task inserted only what mirroring it into the buffer
 	// needs: its ID, Queue, Status, Priority, ScheduledAt and Traceparent, the other
 	// fields left zero. A task matched by its idempotency key is returned whole. For
-	// callers that answer with ids: reading back a thousand whole rows was a third
-	// of serve's CPU per batch.
+	// callers that answer with ids (enqueue_task_refs; its header gives the figure
+	// that keeps it).
 	Refs bool
 }
 
-// EnqueueWith is Enqueue with opts.
+// EnqueueWith is Enqueue with opts: Enqueue is EnqueueWith with only a Traceparent.
 func (s *Store) EnqueueWith(ctx context.Context, queue string, tasks []NewTask, opts EnqueueOptions) ([]Enqueued, error) {
 	var out []Enqueued
 	var err error

@@ -140,7 +140,7 @@ func TestAckManyDuplicates(t *testing.T) {
 			task, items := tc.batch(r, r.start(3, 0))
 			other := r.start(3, 0) // a second task in the same batch, acked normally
 			items = append(items, ackOf(other))
-			got, err := r.s.AckMany(context.Background(), items)
+			got, err := r.s.AckMany(context.Background(), items, false)
 			if err != nil {
 				t.Fatal(err)
 			}

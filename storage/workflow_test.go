@@ -516,7 +516,7 @@ func TestWorkflowStatementEffects(t *testing.T) {
 			first = x.ID
 		}
 	}
-	acked, err := s.AckMany(ctx, items)
+	acked, err := s.AckMany(ctx, items, false)
 	if err != nil || len(acked) != 3 {
 		t.Fatalf("ack: %d %v", len(acked), err)
 	}

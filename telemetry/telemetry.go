@@ -249,7 +249,7 @@ func (t *Telemetry) ObserveClaim(d time.Duration) {
 	t.claimDuration.Observe(d.Seconds())
 }
 
-// GroupCommitFailed counts a group commit ("ack", "ack_step" or "claim") that failed its callers:
+// GroupCommitFailed counts a group commit ("ack" or "claim") that failed its callers:
 // reason "timeout" (a try passed its deadline), "overload" (too many waiting; counted
 // per refused request) or "panic".
 func (t *Telemetry) GroupCommitFailed(commit, reason string) {

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/taskforge/taskforge/buffer"
-	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
@@ -19,27 +18,19 @@ import (
 // Enqueue stores tasks in queue under an enqueue span that continues ctx's trace
 // (the producer's, see telemetry.FromHeader), records that span's traceparent with
 // each task, and reports the tasks it created (an idempotent repeat creates none).
-// Tasks due now go straight into the buffer when Config.BufferTarget allows
-// (bufferDirectly), saving the dispatcher's hop and commit; for the others, the
-// statement's NOTIFY tells the dispatchers, and with Config.WakeOnEnqueue, this
-// replica's dispatcher is also told directly.
-func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
-	return l.enqueue(ctx, queue, tasks, false)
-}
-
-// EnqueueRefs is Enqueue for callers that answer with the tasks' ids: of each task
-// created it returns only what storage.EnqueueOptions.Refs says.
-func (l *Lifecycle) EnqueueRefs(ctx context.Context, queue string, tasks []storage.NewTask) ([]storage.Enqueued, error) {
-	return l.enqueue(ctx, queue, tasks, true)
-}
-
-func (l *Lifecycle) enqueue(ctx context.Context, queue string, tasks []storage.NewTask, refs bool) ([]storage.Enqueued, error) {
+// Without withTasks (callers that answer with ids), of each task created it returns
+// only what storage.EnqueueOptions.Refs says. Tasks due now go straight into the
+// buffer when Config.BufferTarget allows (bufferDirectly, then toBuffer), saving the
+// dispatcher's hop and commit; for the others, the statement's NOTIFY tells the
+// dispatchers, and with Config.WakeOnEnqueue, this replica's dispatcher is also told
+// directly.
+func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.NewTask, withTasks bool) ([]storage.Enqueued, error) {
 	ctx, span := l.tel.StartSpan(ctx, "taskforge.enqueue",
 		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
 	defer span.End()
 	limits, direct := l.bufferDirectly(ctx, queue, tasks)
 	out, err := l.store.EnqueueWith(ctx, queue, tasks,
-		storage.EnqueueOptions{Traceparent: telemetry.Traceparent(ctx), Buffered: direct, Refs: refs})
+		storage.EnqueueOptions{Traceparent: telemetry.Traceparent(ctx), Buffered: direct, Refs: !withTasks})
 	if err != nil {
 		span.RecordError(err)
 		return nil, fmt.Errorf("enqueue %d tasks in queue %s: %w", len(tasks), queue, err)
@@ -56,22 +47,14 @@ func (l *Lifecycle) enqueue(ctx context.Context, queue string, tasks []storage.N
 			pending = true
 			continue
 		}
-		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, From: storage.StatusPending, To: storage.StatusBuffered})
-		l.tel.TaskSpan("taskforge.dispatch", t.Traceparent,
-			attribute.String("taskforge.task_id", t.ID.String()), attribute.String("taskforge.queue", queue))
 		buffered = append(buffered, storage.Buffered{ID: t.ID, Priority: t.Priority, ScheduledAt: t.ScheduledAt,
 			FromStatus: storage.StatusPending, Traceparent: t.Traceparent})
 	}
-	if len(buffered) > 0 {
-		crashpoint.Hit(crashpoint.AfterDispatchCommit)
-		// Committed as dispatched: if this ZADD fails or we crash now, the
-		// dispatcher's repair pass re-adds them, as after its own lost ZADD.
-		if err := l.buf.Add(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
-			l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
-				"tasks", len(buffered), "err", err)
-		} else {
-			l.sizes.added(queue, len(buffered)) // only what the buffer now holds
-		}
+	// Committed as dispatched: if this ZADD fails or we crash now, the
+	// dispatcher's repair pass re-adds them, as after its own lost ZADD.
+	if err := l.toBuffer(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
+		l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
+			"tasks", len(buffered), "err", err)
 	}
 	if pending {
 		l.enqueued(queue)
@@ -87,7 +70,7 @@ const maxBufferDirectly = 100
 // in a queue that is not paused, whose buffer has room for them all (as this replica
 // last saw it, within sizeFresh; else one ZCARD). PostgreSQL has
 // the last word (the queue may have been paused since, or hold due work the
-// dispatcher has yet to move: see storage.Store.EnqueueBuffered).
+// dispatcher has yet to move: see storage.EnqueueOptions.Buffered).
 func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []storage.NewTask) (ratelimit.Limits, bool) {
 	if l.cfg.BufferTarget <= 0 || len(tasks) > maxBufferDirectly ||
 		slices.ContainsFunc(tasks, func(t storage.NewTask) bool { return t.ScheduledAt != nil }) {

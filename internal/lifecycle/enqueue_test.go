@@ -44,7 +44,7 @@ func (d direct) enqueue(t *testing.T, n int, at *time.Time) []storage.Enqueued {
 	for i := range tasks {
 		tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`{}`), Priority: 5, ScheduledAt: at}
 	}
-	out, err := d.lc.Enqueue(context.Background(), "d", tasks)
+	out, err := d.lc.Enqueue(context.Background(), "d", tasks, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type AckOutcome struct {
 // longer held, or an error of the group commit (ErrCommitTimeout: the outcome is
 // unknown) when the commit failed as a whole.
 func (l *Lifecycle) Ack(ctx context.Context, item storage.AckItem) (storage.Task, error) {
-	outcomes, err := l.AckMany(ctx, item.WorkerID, []storage.AckItem{item})
+	outcomes, err := l.AckMany(ctx, item.WorkerID, []storage.AckItem{item}, true)
 	if err != nil {
 		return storage.Task{}, err
 	}
@@ -38,31 +38,13 @@ func (l *Lifecycle) Ack(ctx context.Context, item storage.AckItem) (storage.Task
 // knows. Workflow steps the acks unblock are released by the statement itself; they
 // and the workflows the acks end are logged and counted here (stepEffects).
 //
-// Items whose lease tokens all belong to tasks outside a workflow share the
-// cheaper statement of such acks (storage.AckPlainMany); a call with any other
-// item goes whole to the statement that acks any task, so that one commit still
-// answers all of a caller's items.
-func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
-	return l.ackMany(ctx, workerID, items, l.acks)
-}
-
-// AckManyRefs is AckMany for callers that answer without the tasks (a poll's acks,
-// a batch's with the minimal answer): the Task of an outcome holds only what
-// storage.Store.AckPlainRefs returns, unless an item is a workflow step's. Such
-// calls share commits with each other, not with AckMany's.
-func (l *Lifecycle) AckManyRefs(ctx context.Context, workerID string, items []storage.AckItem) ([]AckOutcome, error) {
-	return l.ackMany(ctx, workerID, items, l.ackRefs)
-}
-
-// ackMany acks items through commit, or through stepAcks when any is a workflow
-// step's.
-func (l *Lifecycle) ackMany(ctx context.Context, workerID string, items []storage.AckItem,
-	commit *groupCommit[storage.AckItem, ackOutcome]) ([]AckOutcome, error) {
-	for _, it := range items {
-		if !storage.PlainLeaseToken(it.LeaseToken) {
-			commit = l.stepAcks
-			break
-		}
+// Without withTasks (a poll's acks, a batch's with the minimal answer) the Task of
+// an outcome holds only what storage.Store.AckMany reads back with refs, unless an
+// item is a workflow step's; such calls share commits with each other only.
+func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storage.AckItem, withTasks bool) ([]AckOutcome, error) {
+	commit := l.ackRefs
+	if withTasks {
+		commit = l.acks
 	}
 	outcomes, err := commit.do(ctx, items...)
 	if err != nil {

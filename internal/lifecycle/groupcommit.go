@@ -62,7 +62,7 @@ const (
 // Once submitted, an item is tried even if its caller hangs up, so the answer is
 // never a guess.
 type groupCommit[I, O any] struct {
-	name    string        // "ack", "ack_step" or "claim": metrics, logs and errors
+	name    string        // "ack" or "claim": metrics, logs and errors
 	max     int           // items per batch, unless one caller brings more
 	limit   int           // callers that may wait for a batch
 	timeout time.Duration // bound of one try
@@ -280,12 +280,12 @@ type ackOutcome struct {
 	err  error
 }
 
-// newAckCommit group-commits acks (up to 500 per statement) through ack
-// (storage.AckPlainMany or AckMany).
-func newAckCommit(name string, ack func(context.Context, []storage.AckItem) (map[uuid.UUID]storage.Task, error),
-	limit int, timeout time.Duration, tel *telemetry.Telemetry, log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
-	return newGroupCommit(name, 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
-		acked, err := ack(ctx, items)
+// newAckCommit group-commits acks (up to 500 per statement) through
+// store.AckMany, reading back only refs when refs says so.
+func newAckCommit(store *storage.Store, refs bool, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+	log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
+	return newGroupCommit("ack", 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
+		acked, err := store.AckMany(ctx, items, refs)
 		if err != nil {
 			return nil, err
 		}

@@ -18,10 +18,10 @@ type CommitHooks struct {
 	Try func(ctx context.Context, items int)
 }
 
-// SetAckCommitHooks installs h on l's group commits of acks (of tasks outside a
-// workflow, with or without the tasks in the answer, and of any task).
+// SetAckCommitHooks installs h on l's group commits of acks (with or without the
+// tasks in the answer).
 func SetAckCommitHooks(l *Lifecycle, h CommitHooks) {
-	for _, c := range []*groupCommit[storage.AckItem, ackOutcome]{l.acks, l.ackRefs, l.stepAcks} {
+	for _, c := range []*groupCommit[storage.AckItem, ackOutcome]{l.acks, l.ackRefs} {
 		c.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
 	}
 }

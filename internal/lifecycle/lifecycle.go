@@ -72,14 +72,13 @@ type Lifecycle struct {
 	log    *slog.Logger
 	tel    *telemetry.Telemetry
 	limits *ratelimit.Settings
-	// acks commits acks of tasks outside a workflow (storage.AckPlainMany), and
-	// ackRefs those whose callers answer without the tasks (storage.AckPlainRefs);
-	// stepAcks any other ack (storage.AckMany), which also unblocks dependent steps.
-	acks     *groupCommit[storage.AckItem, ackOutcome]
-	ackRefs  *groupCommit[storage.AckItem, ackOutcome]
-	stepAcks *groupCommit[storage.AckItem, ackOutcome]
-	claims   *groupCommit[claimRequest, []storage.Task]
-	ended    *endHub
+	// acks commits the acks whose callers answer with the done tasks, ackRefs
+	// those whose callers answer without them; storage.Store.AckMany picks each
+	// batch's statement (workflow steps among the items, or none).
+	acks    *groupCommit[storage.AckItem, ackOutcome]
+	ackRefs *groupCommit[storage.AckItem, ackOutcome]
+	claims  *groupCommit[claimRequest, []storage.Task]
+	ended   *endHub
 	// announcer publishes ended tasks to the other replicas (announce.go).
 	announcer *announcer
 	// sizes are the buffer sizes this replica saw lately (enqueue.go).
@@ -97,9 +96,8 @@ func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *
 	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
 		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
 	l.announcer = newAnnouncer(buf.PublishDone, log)
-	l.acks = newAckCommit("ack", store.AckPlainMany, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
-	l.ackRefs = newAckCommit("ack", store.AckPlainRefs, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
-	l.stepAcks = newAckCommit("ack_step", store.AckMany, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	l.acks = newAckCommit(store, false, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	l.ackRefs = newAckCommit(store, true, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	return l
 }

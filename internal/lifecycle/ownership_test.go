@@ -31,8 +31,8 @@ var callers = []string{
 // status (or a queue's, for the buffer's sake): each has its follow-ups in one
 // lifecycle function, which is the only code that may call it.
 var transitions = []string{
-	"Enqueue", "EnqueueBuffered", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "FireDueSchedule", "TriggerSchedule",
-	"ClaimTasks", "ClaimMany", "Ack", "AckMany", "AckPlainMany", "AckPlainRefs", "Nack", "Release", "ReclaimExpired",
+	"Enqueue", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "FireDueSchedule", "TriggerSchedule",
+	"ClaimTasks", "ClaimMany", "Ack", "AckMany", "Nack", "Release", "ReclaimExpired",
 	"CancelTask", "CancelTasks", "CancelWaiting", "CancelWorkflow", "Replay",
 	"UpdateQueue", "DeleteQueue",
 }

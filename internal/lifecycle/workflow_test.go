@@ -218,7 +218,7 @@ func ackItems(tasks []storage.Task) []storage.AckItem {
 
 func (b wfBundle) ackAll(t *testing.T, tasks []storage.Task) {
 	t.Helper()
-	out, err := b.lc.AckMany(context.Background(), *tasks[0].ClaimedBy, ackItems(tasks))
+	out, err := b.lc.AckMany(context.Background(), *tasks[0].ClaimedBy, ackItems(tasks), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestWorkflowUnblockingInAckBatch(t *testing.T) {
 	w2, ids2 := b.submit(t, wfStep("root", "wf"), wfStep("x", "wf", "root"))
 	w3, ids3 := b.submit(t, wfStep("p1", "wf"), wfStep("p2", "wf"), wfStep("join", "wf", "p1", "p2"))
 	plain := uuid.Must(uuid.NewV7())
-	if _, err := b.lc.Enqueue(ctx, "wf", []storage.NewTask{{ID: plain, Payload: json.RawMessage(`{}`), Priority: 5}}); err != nil {
+	if _, err := b.lc.Enqueue(ctx, "wf", []storage.NewTask{{ID: plain, Payload: json.RawMessage(`{}`), Priority: 5}}, true); err != nil {
 		t.Fatal(err)
 	}
 	claimed := b.claimSteps(t, "wf", "w", "root", "root", "p1", "p2", "")
@@ -390,7 +390,7 @@ func TestWorkflowCancelCascade(t *testing.T) {
 
 	w2, ids2 := b.submit(t, wfStep("a", "wf2"), wfStep("b", "wf", "a"))
 	plain := uuid.Must(uuid.NewV7())
-	if _, err := b.lc.Enqueue(ctx, "wf2", []storage.NewTask{{ID: plain, Payload: json.RawMessage(`{}`), Priority: 5}}); err != nil {
+	if _, err := b.lc.Enqueue(ctx, "wf2", []storage.NewTask{{ID: plain, Payload: json.RawMessage(`{}`), Priority: 5}}, true); err != nil {
 		t.Fatal(err)
 	}
 	cancelled, _, err := b.lc.CancelMany(ctx, "wf2", lifecycle.CancelSelection{Statuses: []string{storage.StatusPending}})

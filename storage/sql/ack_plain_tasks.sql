@@ -5,6 +5,10 @@
 -- hot-path connection it appends its count deltas (tally_written_inline()): executing
 -- to done, and the attempt's outcome in its 10-second bucket.
 --
+-- Kept beside ack_tasks for one figure: PostgreSQL's CPU per single-task ack, 650 µs
+-- through ack_tasks, 240 µs through this statement on a hot-path connection (commit
+-- 94cee95).
+--
 -- Parameters:
 --   $1 uuid[]: the id of each row
 --   $2 uuid[]: the token of each row

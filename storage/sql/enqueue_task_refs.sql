@@ -22,9 +22,12 @@
 --   - wake notifies the dispatchers ($2 names the channel) when a task went in
 --     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
 --
--- enqueue_task_refs is the same write returning the task ref columns only: a bulk load
--- answered with ids did not need the other 27 columns of a thousand rows, which were a
--- third of serve's CPU per batch (decoding them) and PostgreSQL's to send.
+-- enqueue_task_refs is the same write returning the task ref columns only, for
+-- callers that answer with ids.
+--
+-- Kept beside enqueue_tasks for one figure: serve's CPU per preloaded task in
+-- 1,000-task batches, 8.8 µs returning whole tasks, 4.2 µs with this statement (commit
+-- 14acab7).
 --
 -- Parameters:
 --   $1 text: the queue
