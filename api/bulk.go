@@ -83,7 +83,7 @@ func (s *Server) discardMany(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	n, err := s.store.DiscardDeadMany(c, c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)
+	n, err := s.lc.DiscardMany(c, c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)
 	if err != nil {
 		if n > 0 { // the batches before the failure stay committed
 			s.log.Warn("bulk discard stopped early", "queue", c.Param("name"), "discarded", n, "err", err)

@@ -91,7 +91,7 @@ func (s *Server) discardDead(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if err := s.store.DiscardDead(c, c.Param("name"), id); err != nil {
+	if err := s.lc.Discard(c, c.Param("name"), id); err != nil {
 		s.fail(c, err)
 		return
 	}

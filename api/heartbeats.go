@@ -44,7 +44,7 @@ func (s *Server) heartbeatBatch(c *gin.Context) {
 		}
 		refs[i] = storage.LeaseRef{TaskID: id, LeaseToken: token}
 	}
-	held, err := s.store.HeartbeatMany(c, req.WorkerID, refs, s.cfg.LeaseTimeout)
+	held, err := s.lc.HeartbeatMany(c, req.WorkerID, refs, s.cfg.LeaseTimeout)
 	if err != nil {
 		s.fail(c, err)
 		return

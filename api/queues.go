@@ -122,12 +122,11 @@ func (s *Server) createQueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	created, err := s.store.CreateQueue(c, q)
+	created, err := s.lc.CreateQueue(c, q)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.limits.Set(created)
 	c.JSON(http.StatusCreated, queueView(created))
 }
 

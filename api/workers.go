@@ -352,12 +352,7 @@ func (s *Server) heartbeat(c *gin.Context) {
 		c.JSON(http.StatusOK, wire.HeartbeatResponse{})
 		return
 	}
-	var held storage.Lease
-	if req.Progress != nil {
-		held, err = s.store.HeartbeatProgress(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout, req.Progress)
-	} else {
-		held, err = s.store.Heartbeat(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout)
-	}
+	held, err := s.lc.Heartbeat(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout, req.Progress)
 	if err != nil {
 		s.fail(c, err)
 		return

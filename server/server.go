@@ -356,7 +356,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		pushCfg.OnAnswer = ts.PushAnswer.Signal
 	}
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
-	s.Janitor = janitor.New(s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
+	s.Janitor = janitor.New(s.Lifecycle, s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
 		AuditRetention: cfg.AuditRetention, OnSweep: ts.JanitorSweep.Signal},
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))

@@ -121,10 +121,10 @@ func (s *Store) CancelTasks(ctx context.Context, queue string, ids []uuid.UUID) 
 
 // DiscardDeadMany deletes dead tasks of queue and their attempts: those among ids,
 // or every one when all is set, batch rows per transaction (BulkBatch when batch ≤
-// 0), calling each with the count of every committed batch. Ids that are not dead
+// 0), calling each with the ids of every committed batch. Ids that are not dead
 // tasks of queue are skipped. It returns how many it deleted, with ErrQueueNotFound
 // for an unknown queue. When ctx ends, the batches committed so far stay.
-func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UUID, all bool, batch int, each func(int)) (int64, error) {
+func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UUID, all bool, batch int, each func([]uuid.UUID)) (int64, error) {
 	if batch <= 0 {
 		batch = BulkBatch
 	}
@@ -136,16 +136,19 @@ func (s *Store) DiscardDeadMany(ctx context.Context, queue string, ids []uuid.UU
 	}
 	var total int64
 	err := s.inBatches(ctx, func() (int, error) {
-		tag, err := s.pool.Exec(ctx, bulkDiscardDead, queue, ids, all, batch)
+		rows, err := s.pool.Query(ctx, bulkDiscardDead, queue, ids, all, batch)
 		if err != nil {
 			return 0, err
 		}
-		n := tag.RowsAffected()
-		total += n
-		if n > 0 && each != nil {
-			each(int(n))
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return 0, err
 		}
-		return int(n), nil
+		total += int64(len(gone))
+		if len(gone) > 0 && each != nil {
+			each(gone)
+		}
+		return len(gone), nil
 	}, func() (bool, error) {
 		var left bool
 		err := s.pool.QueryRow(ctx, anyDead, queue, ids, all).Scan(&left)

@@ -59,8 +59,17 @@ type Batch struct {
 	Duration time.Duration // the whole transaction, as the janitor measured it
 }
 
+// Retention deletes expired tasks and workflows: the retention transitions of
+// package lifecycle, which own every change of a task (serve passes its
+// lifecycle.Lifecycle).
+type Retention interface {
+	DeleteExpiredTasks(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error)
+	DeleteExpiredWorkflows(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error)
+}
+
 // Janitor deletes expired history. Create it with New; run it with Run.
 type Janitor struct {
+	tasks Retention
 	store *storage.Store
 	cfg   Config
 	log   *slog.Logger
@@ -69,9 +78,10 @@ type Janitor struct {
 	OnBatch func(Batch)
 }
 
-// New returns a Janitor.
-func New(store *storage.Store, cfg Config, log *slog.Logger) *Janitor {
-	return &Janitor{store: store, cfg: cfg.WithDefaults(), log: log}
+// New returns a Janitor that deletes expired tasks and workflows through tasks, and
+// the other expired history (tally buckets, audit entries, silent workers) in store.
+func New(tasks Retention, store *storage.Store, cfg Config, log *slog.Logger) *Janitor {
+	return &Janitor{tasks: tasks, store: store, cfg: cfg.WithDefaults(), log: log}
 }
 
 // Run sweeps at once, then every Interval, until ctx is done, and returns nil then.
@@ -115,7 +125,7 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 	// Every queue's expired tasks in one statement per batch, oldest first: the
 	// sweep's cost follows what expired, not the number of queues.
 	deleted, err = j.drain(ctx, "tasks", func() (int64, error) {
-		return j.store.DeleteExpiredTasks(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+		return j.tasks.DeleteExpiredTasks(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
 	if err != nil {
 		return deleted, err
@@ -128,7 +138,7 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 			return deleted, err
 		}
 		start := time.Now()
-		n, err := j.store.DeleteExpiredWorkflows(ctx, j.cfg.Retention, perBatch, j.cfg.BatchTimeout)
+		n, err := j.tasks.DeleteExpiredWorkflows(ctx, j.cfg.Retention, perBatch, j.cfg.BatchTimeout)
 		if err != nil {
 			return deleted, err
 		}

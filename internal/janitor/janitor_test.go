@@ -137,7 +137,7 @@ func TestSweepDeletesOldFinishedTasksInShortBatches(t *testing.T) {
 		}
 	}()
 
-	j := janitor.New(store, janitor.Config{}, quiet) // the defaults: 7 days, 500 rows
+	j := janitor.New(store, store, janitor.Config{}, quiet) // the defaults: 7 days, 500 rows
 	var batches []janitor.Batch
 	j.OnBatch = func(b janitor.Batch) { batches = append(batches, b) }
 	sweepStart := time.Now()
@@ -242,7 +242,7 @@ func TestConcurrentJanitorsDeleteEachRowOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			j := janitor.New(store, janitor.Config{BatchSize: 100}, quiet)
+			j := janitor.New(store, store, janitor.Config{BatchSize: 100}, quiet)
 			for {
 				deleted, err := j.SweepOnce(context.Background())
 				if err != nil {
@@ -274,7 +274,7 @@ func TestRunSweepsEveryIntervalAndStopsWithContext(t *testing.T) {
 	insertFinished(t, pool, 10, 3*time.Hour, 30*time.Minute) // inside a 1 h retention
 	var sweeps testsignal.Signal[janitor.Sweep]
 	sweeps.Init()
-	j := janitor.New(store, janitor.Config{Retention: time.Hour, Interval: 50 * time.Millisecond, OnSweep: sweeps.Signal}, quiet)
+	j := janitor.New(store, store, janitor.Config{Retention: time.Hour, Interval: 50 * time.Millisecond, OnSweep: sweeps.Signal}, quiet)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
@@ -320,7 +320,7 @@ func TestBatchTimeoutBoundsAStuckBatch(t *testing.T) {
 	if _, err := tx.Exec(ctx, `LOCK TABLE tasks IN SHARE MODE`); err != nil { // blocks DELETE
 		t.Fatal(err)
 	}
-	j := janitor.New(store, janitor.Config{BatchTimeout: 200 * time.Millisecond}, quiet)
+	j := janitor.New(store, store, janitor.Config{BatchTimeout: 200 * time.Millisecond}, quiet)
 	start := time.Now()
 	_, err = j.SweepOnce(ctx)
 	took := time.Since(start)
@@ -356,7 +356,7 @@ func TestSweepDeletesExpiredAuditEntries(t *testing.T) {
 	exec(t, pool, `UPDATE audit_log SET at = now() - interval '91 days' WHERE id <= 20`)
 	insertFinished(t, pool, 5, 10*24*time.Hour, 8*24*time.Hour) // past the 7-day task retention
 	var batches []janitor.Batch
-	j := janitor.New(store, janitor.Config{BatchSize: 8}, quiet)
+	j := janitor.New(store, store, janitor.Config{BatchSize: 8}, quiet)
 	j.OnBatch = func(b janitor.Batch) {
 		if b.Table == "audit_log" {
 			batches = append(batches, b)

@@ -34,7 +34,9 @@ var transitions = []string{
 	"Enqueue", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "FireDueSchedule", "TriggerSchedule",
 	"ClaimTasks", "ClaimMany", "Ack", "AckMany", "Nack", "Release", "ReclaimExpired",
 	"CancelTask", "CancelTasks", "CancelWaiting", "CancelWorkflow", "Replay",
-	"UpdateQueue", "DeleteQueue",
+	"CreateQueue", "UpdateQueue", "DeleteQueue",
+	"Heartbeat", "HeartbeatProgress", "HeartbeatMany", "DiscardDead", "DiscardDeadMany",
+	"DeleteExpiredTasks", "DeleteExpiredWorkflows",
 }
 
 // followUps are the methods of *buffer.Buffer that change what Redis holds for tasks

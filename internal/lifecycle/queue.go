@@ -10,6 +10,18 @@ import (
 // resumeWake is how many parked polls a resume wakes on every replica.
 const resumeWake = 1000
 
+// CreateQueue creates queue q and makes its settings take effect here at once;
+// other replicas learn of it within ratelimit.RefreshInterval. It returns
+// storage.ErrQueueExists (wrapped) when the name is taken.
+func (l *Lifecycle) CreateQueue(ctx context.Context, q storage.Queue) (storage.Queue, error) {
+	created, err := l.store.CreateQueue(ctx, q)
+	if err != nil {
+		return storage.Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
+	}
+	l.limits.Set(created)
+	return created, nil
+}
+
 // ChangeQueue applies change to queue name (pause, resume, limits, push target) and
 // makes it take effect here at once; other replicas follow within
 // ratelimit.RefreshInterval. A changed concurrency cap rebuilds the queue's slots

@@ -7,7 +7,7 @@
 --   $2 uuid[]: the id
 --   $3 bool: true: any dead task of the queue, not only those of $2
 --   $4 int8: the most rows to take
--- Returns: no rows.
+-- Returns: id (of each task deleted).
 WITH doomed AS (
 	SELECT id FROM tasks
 	WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
@@ -15,3 +15,4 @@ WITH doomed AS (
 	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
+RETURNING t.id
