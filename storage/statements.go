@@ -155,7 +155,6 @@ var (
 	listTokens               = mustLoad("list_tokens")
 	lockActiveAdmins         = mustLoad("lock_active_admins")
 	revokeToken              = mustLoad("revoke_token")
-	countUnrevokedTokens     = mustLoad("count_unrevoked_tokens")
 	tokenSnapshot            = mustLoad("token_snapshot")
 	sessionSnapshot          = mustLoad("session_snapshot")
 	insertSession            = mustLoad("insert_session")

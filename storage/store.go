@@ -21,9 +21,6 @@ import (
 // payload is the queue name.
 const DueChannel = "taskforge_due"
 
-// StatsWindow is the window over which Stats computes throughput and error rate.
-const StatsWindow = time.Minute
-
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool *pgxpool.Pool

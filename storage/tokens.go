@@ -112,16 +112,6 @@ func (s *Store) RevokeToken(ctx context.Context, id uuid.UUID, keepAdmin bool) (
 	return out, nil
 }
 
-// CountUnrevokedTokens returns how many tokens are not revoked (expired ones
-// included); authentication is on while it is above zero.
-func (s *Store) CountUnrevokedTokens(ctx context.Context) (int64, error) {
-	var n int64
-	if err := s.pool.QueryRow(ctx, countUnrevokedTokens).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count tokens: %w", err)
-	}
-	return n, nil
-}
-
 // AuthSnapshot returns every unrevoked token with its hash and every live dashboard
 // session: what a replica caches to authenticate requests.
 func (s *Store) AuthSnapshot(ctx context.Context) ([]HashedToken, []Session, error) {
