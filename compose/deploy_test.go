@@ -3,6 +3,8 @@ package compose_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -325,6 +327,30 @@ func TestComposeDeployment(t *testing.T) {
 		t.Fatalf("task %s done by %+v, not by the worker container %s", first.ID, first.AttemptHistory, id)
 	}
 	t.Logf("task %s done by the worker container (%s) through the load balancer", first.ID, first.AttemptHistory[0].WorkerID)
+
+	// A worker that leaves in the middle of a long poll: the load balancer aborts the
+	// poll on the replica too (option abortonclose), so a task enqueued after is not
+	// handed to the reader that is gone. Without it the task was executing, leased to
+	// "gone", until its lease ran out. The poll waits 8 s; the check waits 9 s on the
+	// server, past the end of that poll.
+	timed("abandoned long poll claims nothing", func() {
+		do(http.StatusCreated, "POST", "/queues", map[string]any{"name": "abandoned"})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		body := strings.NewReader(`{"worker_id": "gone", "queues": ["abandoned"], "max_tasks": 1, "wait_ms": 8000}`)
+		req, _ := http.NewRequestWithContext(ctx, "POST", lbURL+"/workers/poll", body)
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("the long poll on an empty queue answered %d within a second", resp.StatusCode)
+		}
+		var task wire.Task
+		do(http.StatusCreated, "POST", "/queues/abandoned/tasks", map[string]any{"payload": map[string]any{}}).JSON(t, &task)
+		do(http.StatusOK, "GET", "/queues/abandoned/tasks/"+task.ID+"?wait_ms=9000", nil).JSON(t, &task)
+		if task.ClaimedBy != nil || task.Status == "executing" {
+			t.Fatalf("the abandoned poll took task %s: %s, claimed by %q", task.ID, task.Status, *cmp.Or(task.ClaimedBy, new(string)))
+		}
+	})
 
 	// SIGKILL taskforge-1 as a crash would, with its restart policy lifted so that it
 	// stays down, and see the next task go through taskforge-2.
