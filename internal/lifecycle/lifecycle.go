@@ -65,13 +65,15 @@ func (c Config) WithDefaults() Config {
 // needs: its group commits and task waiters are local, and waiters elsewhere hear
 // of finished tasks through the buffer's done channel.
 type Lifecycle struct {
-	store  *storage.Store
-	buf    *buffer.Buffer
-	wake   Waker
-	cfg    Config
-	log    *slog.Logger
-	tel    *telemetry.Telemetry
-	limits *ratelimit.Settings
+	store *storage.Store
+	buf   Broker
+	// reclaims runs the reclaim's statement: store, but for TestReclaimFollowUps.
+	reclaims reclaimer
+	wake     Waker
+	cfg      Config
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	limits   *ratelimit.Settings
 	// acks commits the acks whose callers answer with the done tasks, ackRefs
 	// those whose callers answer without them; storage.Store.AckMany picks each
 	// batch's statement (workflow steps among the items, or none).
@@ -93,7 +95,7 @@ type Lifecycle struct {
 // its transitions leave for the dispatcher.
 func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *slog.Logger) *Lifecycle {
 	cfg = cfg.WithDefaults()
-	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
+	l := &Lifecycle{store: store, buf: buf, reclaims: store, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
 		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
 	l.announcer = newAnnouncer(buf.PublishDone, log)
 	l.acks = newAckCommit(store, false, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
