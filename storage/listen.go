@@ -63,8 +63,12 @@ func CreateDatabase(ctx context.Context, adminURL, name string) error {
 	if exists {
 		return nil
 	}
-	// CREATE DATABASE takes no parameters: the name is quoted as an identifier.
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	// CREATE DATABASE takes no parameters: PostgreSQL writes it, the name quoted.
+	var create string
+	if err := conn.QueryRow(ctx, createDatabaseStatement, name).Scan(&create); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, create); err != nil {
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil

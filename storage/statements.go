@@ -211,5 +211,6 @@ var (
 	unsealedPushSecrets      = mustLoad("unsealed_push_secrets")
 	resealPushSecret         = mustLoad("reseal_push_secret")
 	listenDue                = mustLoad("listen_due")
+	createDatabaseStatement  = mustLoad("create_database_statement")
 	selectDatabaseExists     = mustLoad("select_database_exists")
 )

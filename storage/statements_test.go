@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5"
 	"slices"
 	"strings"
 	"testing"
@@ -74,4 +75,34 @@ func documentedColumns(t *testing.T, name, file string) []string {
 	}
 	ret, _, _ = strings.Cut(strings.TrimSuffix(ret, "."), " (")
 	return strings.Split(ret, ", ")
+}
+
+// TestCreateDatabase: a name that needs quoting is created as given, and a second
+// call finds it and changes nothing.
+func TestCreateDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testenv.PostgresURL(t)
+	name := `TaskForge "odd" ` + strings.ReplaceAll(t.Name(), "/", "_")
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	drop := func() {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drop()
+	defer drop()
+	for range 2 {
+		if err := storage.CreateDatabase(ctx, admin, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", name).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("databases named %q: %d (%v), want 1", name, n, err)
+	}
 }
