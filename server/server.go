@@ -79,7 +79,9 @@ type Config struct {
 	CommitMaxWaiting int
 	// ShutdownTimeout bounds the first phase of a stop, the HTTP drain: waiting
 	// long polls are answered at once, in-flight requests finish, and those still
-	// running after it are cut off. Defaults to 10s.
+	// running after it are cut off. Defaults to 10s. Keep it above 5s: net/http
+	// waits up to 5s for a connection that was opened but has not sent a
+	// request yet, as a client's connection pool leaves behind.
 	ShutdownTimeout time.Duration
 	// FeedStopTimeout bounds the second phase of a stop: the loops that feed work
 	// (dispatcher, scheduler, pushers) end; the pushers' requests in flight get

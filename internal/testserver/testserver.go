@@ -63,8 +63,12 @@ func Start(t testing.TB, opts Options) *Instance {
 		DispatchInterval:  100 * time.Millisecond,
 		BackoffBase:       100 * time.Millisecond,
 		BackoffMax:        time.Second,
-		ShutdownTimeout:   5 * time.Second,
-		TestSignals:       &server.TestSignals{},
+		// net/http's Shutdown counts a connection that never carried a request
+		// (one the client's pool dialed and then did not need) as busy for its
+		// first 5s, so a drain deadline of 5s or less overruns whenever a test's
+		// concurrent requests leave one behind. The production default is kept.
+		ShutdownTimeout: 10 * time.Second,
+		TestSignals:     &server.TestSignals{},
 	}
 	cfg.TestSignals.Init()
 	if cfg.DatabaseURL == "" {
