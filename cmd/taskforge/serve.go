@@ -78,6 +78,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet) {
 	f.durationVar(fs, &c.BackoffMax, "backoff-max", "TASKFORGE_BACKOFF_MAX", time.Hour, "default retry backoff cap of new queues")
 	f.durationVar(fs, &c.CommitTimeout, "commit-timeout", "TASKFORGE_COMMIT_TIMEOUT", 5*time.Second,
 		"bound of one group commit of acks or claims; its requests get 503 when it passes")
+	f.durationVar(fs, &c.ShutdownTimeout, "shutdown-timeout", "TASKFORGE_SHUTDOWN_TIMEOUT", 10*time.Second,
+		"first phase of a stop: waiting long polls are answered, requests in flight finish or are cut off after it (keep it above 5s)")
+	f.durationVar(fs, &c.FeedStopTimeout, "feed-stop-timeout", "TASKFORGE_FEED_STOP_TIMEOUT", 10*time.Second,
+		"second phase of a stop: the dispatcher, scheduler and pushers end; push requests in flight get four fifths of it")
+	f.durationVar(fs, &c.RestStopTimeout, "rest-stop-timeout", "TASKFORGE_REST_STOP_TIMEOUT", 5*time.Second,
+		"last phase of a stop: the watchdog, janitor, telemetry and live feeds end")
 	maxPayload, err := strconv.ParseInt(envOr("TASKFORGE_MAX_PAYLOAD_BYTES", "1048576"), 10, 64)
 	if err != nil {
 		f.envErrs = append(f.envErrs, fmt.Errorf("$TASKFORGE_MAX_PAYLOAD_BYTES: %w", err))

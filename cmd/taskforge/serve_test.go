@@ -45,3 +45,27 @@ func TestListenDatabaseURLFromEnvironment(t *testing.T) {
 		t.Fatalf("--listen-database-url=off over the variable: %v, %q", err, f.cfg.ListenDatabaseURL)
 	}
 }
+
+// TestStopTimeoutFlags: the three stop phases' deadlines come from their variables,
+// their flags override them, and one that does not parse is reported.
+func TestStopTimeoutFlags(t *testing.T) {
+	t.Setenv("TASKFORGE_SHUTDOWN_TIMEOUT", "20s")
+	t.Setenv("TASKFORGE_REST_STOP_TIMEOUT", "2s")
+	var f serverFlags
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse([]string{"--feed-stop-timeout=3s"}); err != nil {
+		t.Fatal(err)
+	}
+	got := [3]string{f.cfg.ShutdownTimeout.String(), f.cfg.FeedStopTimeout.String(), f.cfg.RestStopTimeout.String()}
+	if len(f.envErrs) != 0 || got != [3]string{"20s", "3s", "2s"} {
+		t.Fatalf("stop timeouts %v (errors %v), want [20s 3s 2s]", got, f.envErrs)
+	}
+
+	t.Setenv("TASKFORGE_FEED_STOP_TIMEOUT", "soon")
+	var bad serverFlags
+	bad.register(pflag.NewFlagSet("serve", pflag.ContinueOnError))
+	if len(bad.envErrs) != 1 || !strings.Contains(bad.envErrs[0].Error(), "$TASKFORGE_FEED_STOP_TIMEOUT") {
+		t.Fatalf("errors %v, want one naming $TASKFORGE_FEED_STOP_TIMEOUT", bad.envErrs)
+	}
+}
