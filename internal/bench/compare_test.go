@@ -200,7 +200,7 @@ func TestCompareInterrupted(t *testing.T) {
 	}
 	interrupt()
 	err := <-done
-	if err == nil || !strings.Contains(err.Error(), "round 1, peers") {
+	if err == nil || !strings.Contains(err.Error(), "round 1, go peers") {
 		t.Fatalf("Compare after the interrupt: %v, want the peers' round to fail", err)
 	}
 	if n := countRiverDatabases(ctx, t, dbURL); n != 0 {
