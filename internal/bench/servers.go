@@ -3,18 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"syscall"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/taskforge/taskforge/internal/localpg"
+	"github.com/taskforge/taskforge/internal/localredis"
 )
 
 // ProductionSettings are the PostgreSQL settings of the cluster StartServers
@@ -46,9 +37,8 @@ type Servers struct {
 	// RedisURL names the Redis server.
 	RedisURL string
 
-	pg       *localpg.Server
-	redisPID int
-	dir      string
+	pg    *localpg.Server
+	redis *localredis.Server
 }
 
 // StartServers starts a throwaway PostgreSQL cluster from the local server
@@ -56,11 +46,7 @@ type Servers struct {
 // both on free ports of 127.0.0.1, and returns once both answer. Stop removes
 // them; both also die with the calling process.
 func StartServers(ctx context.Context) (_ *Servers, err error) {
-	dir, err := os.MkdirTemp("", "taskforge-bench-servers-")
-	if err != nil {
-		return nil, err
-	}
-	s := &Servers{dir: dir}
+	s := &Servers{}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
@@ -70,94 +56,23 @@ func StartServers(ctx context.Context) (_ *Servers, err error) {
 		return nil, err
 	}
 	s.DatabaseURL = s.pg.URL("postgres")
-	if err := s.startRedis(ctx); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	return s, nil
-}
-
-// startRedis starts redis-server on a free port, picking another when someone
-// took it first.
-func (s *Servers) startRedis(ctx context.Context) error {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return errors.New("redis-server not found on PATH: install the Debian package `redis-server`")
-	}
-	logPath := filepath.Join(s.dir, "redis.log")
-	for attempt := 1; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		err = s.launchRedis(ctx, bin, port, logPath)
-		if err == nil {
-			s.RedisURL = "redis://" + addr
-			return nil
-		}
-		if ctx.Err() != nil || attempt == 5 {
-			return err
-		}
-	}
-}
-
-// launchRedis runs redis-server on port and waits until it answers PING.
-func (s *Servers) launchRedis(ctx context.Context, bin string, port int, logPath string) error {
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--logfile", "")
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.redisPID = cmd.Process.Pid
-	_ = cmd.Process.Release() // reaped with wait4: no goroutine waits on it
-	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		DialTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
-	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	for {
-		if localpg.ReapNoHang(s.redisPID) {
-			s.redisPID = 0
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("redis-server exited before answering PING; its log ends:\n%s", lastLines(string(b), 10))
-		}
-		if rdb.Ping(ctx).Err() == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			s.killRedis()
-			return fmt.Errorf("redis-server did not answer PING: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if s.redis, err = localredis.Start(ctx); err != nil {
+		return nil, err
 	}
-}
-
-func (s *Servers) killRedis() {
-	if s.redisPID == 0 {
-		return
-	}
-	_ = syscall.Kill(s.redisPID, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); !localpg.ReapNoHang(s.redisPID) && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	s.redisPID = 0
+	s.RedisURL = s.redis.URL()
+	return s, nil
 }
 
 // Stop stops both servers and removes everything they kept on disk.
 func (s *Servers) Stop() error {
-	var err error
+	var errs []error
 	if s.pg != nil {
-		err = s.pg.Stop()
+		errs = append(errs, s.pg.Stop())
 	}
-	s.killRedis()
-	return errors.Join(err, os.RemoveAll(s.dir))
+	if s.redis != nil {
+		errs = append(errs, s.redis.Stop())
+	}
+	return errors.Join(errs...)
 }

@@ -44,16 +44,13 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +60,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/taskforge/taskforge/internal/localpg"
+	"github.com/taskforge/taskforge/internal/localredis"
 )
 
 // Environment variables read by the harness.
@@ -290,29 +288,7 @@ func newRedisClient(addr string, timeout time.Duration) *redis.Client {
 }
 
 // pingRedis reports whether the Redis at addr answers PING within timeout.
-// It speaks RESP over a plain connection: go-redis would log every refused
-// dial while a server starts or after it was killed.
-func pingRedis(addr string, timeout time.Duration) error {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return err
-	}
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line = strings.TrimSpace(line); line != "+PONG" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
+func pingRedis(addr string, timeout time.Duration) error { return localredis.Ping(addr, timeout) }
 
 // deleteKeys unlinks every key matching pattern.
 func deleteKeys(ctx context.Context, addr, pattern string) error {
@@ -368,31 +344,7 @@ func FreePort(t testing.TB) int {
 	return p
 }
 
-// freePortLow and freePortHigh bound the ports FreePort tries first: below
-// Linux's default ephemeral range (32768-60999) and above the well-known ones.
-const (
-	freePortLow  = 20000
-	freePortHigh = 32000
-)
-
-func freePort() (int, error) {
-	var b [2]byte
-	for range 64 {
-		_, _ = rand.Read(b[:]) // never fails
-		p := freePortLow + (int(b[0])<<8|int(b[1]))%(freePortHigh-freePortLow)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err == nil {
-			_ = l.Close()
-			return p, nil
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return localredis.FreePort() }
 
 // randomHex returns n random bytes as lower-case hex.
 func randomHex(n int) string {
