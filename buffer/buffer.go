@@ -52,6 +52,7 @@ type Entry struct {
 type Buffer struct {
 	rdb    redis.UniversalClient
 	prefix string
+	now    func() time.Time // fair scripts' clock; nil = Redis TIME (see WithClock)
 }
 
 // New returns a Buffer whose keys start with prefix (which must not contain '{' or '}').
