@@ -56,7 +56,18 @@ func TestRateLimitHoldsAcrossThreeReplicas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := newLedger()
 	wg := runWorkers(ctx, 16, urls, "q", l)
-	testenv.Elapse(skip + window + 2*time.Second) // the measurement runs for a fixed wall-clock window
+	// The run lasts until a claim started a second past the window's end: every claim
+	// of the window has then committed, and none is cut short by stopping the workers.
+	// Each ack is a chance that such a claim came; the acks come at the rate limit.
+	for past := false; !past; {
+		if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(started_at) >= min(started_at) + $1::interval, false) FROM attempts`,
+			skip+window+time.Second).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if !past {
+			l.acks.WaitOrTimeout(t, "an ack while the rate-limited run goes on")
+		}
+	}
 	cancel()
 	wg.Wait()
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testsignal"
 )
 
 // polled is the part of a poll response the test workers use.
@@ -25,11 +26,14 @@ type ledger struct {
 	mu         sync.Mutex
 	deliveries map[string]int // task id → times delivered
 	acked      atomic.Int64
-	ackErrors  map[int]int // status → count of non-200 acks
+	acks       testsignal.Signal[int64] // every ack, with the count so far
+	ackErrors  map[int]int              // status → count of non-200 acks
 }
 
 func newLedger() *ledger {
-	return &ledger{deliveries: map[string]int{}, ackErrors: map[int]int{}}
+	l := &ledger{deliveries: map[string]int{}, ackErrors: map[int]int{}}
+	l.acks.Init()
+	return l
 }
 
 // runWorkers runs n HTTP workers until ctx ends. Worker i talks to urls[i%len(urls)]
@@ -67,7 +71,7 @@ func runWorkers(ctx context.Context, n int, urls []string, queue string, l *ledg
 						l.ackErrors[-1]++
 						target++
 					case status == 200:
-						l.acked.Add(1)
+						l.acks.Signal(l.acked.Add(1))
 					default:
 						l.ackErrors[status]++
 					}
