@@ -275,6 +275,14 @@ func (l *liveLoop) waitCycles(n int) {
 	}
 }
 
+// cyclesUntil waits for cycles of the loop until one ends at or after end: a
+// window of at least a given length is made of whole cycles, each one measured.
+func (l *liveLoop) cyclesUntil(end time.Time) {
+	for time.Now().Before(end) {
+		l.waitCycles(1)
+	}
+}
+
 func (l *liveLoop) stop() {
 	close(l.done)
 	<-l.stopped
@@ -311,14 +319,14 @@ func (l *liveLoop) phase(pool *pgxpool.Pool, baseline time.Duration, name string
 	ph := &bulkPhase{name: name, before: time.Now()}
 	ph.wal[0] = readWAL(pool)
 	l.waitCycles(200)
-	testenv.Elapse(time.Until(ph.before.Add(baseline))) // the baseline window's length: a measurement
+	l.cyclesUntil(ph.before.Add(baseline))
 	ph.start = time.Now()
 	ph.wal[1] = readWAL(pool)
 	ph.outcome, ph.err = op()
 	ph.end = time.Now()
 	ph.wal[2] = readWAL(pool)
 	l.waitCycles(100)
-	testenv.Elapse(time.Until(ph.end.Add(baseline / 2))) // the measurement window after
+	l.cyclesUntil(ph.end.Add(baseline / 2))
 	ph.after = time.Now()
 	ph.wal[3] = readWAL(pool)
 	return ph

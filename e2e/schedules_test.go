@@ -159,8 +159,8 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 		<-workerDone
 	}()
 
-	// The fault schedule: offsets from begin. Sleeping until each is the schedule,
-	// not synchronisation.
+	// The fault schedule: offsets from begin, each fault's start and end. Sleeping
+	// until each is the schedule, not synchronisation, and at is the only wait.
 	allDownAt, allDownFor := length/2, 6500*time.Millisecond
 	flushes := []time.Duration{length * 3 / 10, length * 8 / 10}
 	var allDown, allBack time.Time
@@ -182,7 +182,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 				c.kill(i)
 			}
 			allDown = time.Now()
-			testenv.Elapse(allDownFor) // every replica down: part of the fault schedule
+			at(allDownAt + allDownFor) // every replica down for allDownFor
 			c.start(victim % 3)
 			allBack = c.spans[len(c.spans)-1].from
 			log = append(log, fmt.Sprintf("+%.1fs all replicas SIGKILLed, r%d back at +%.1fs", allDown.Sub(begin).Seconds(),
@@ -199,7 +199,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 		c.kill(victim % 3)
 		kills++
 		killed := time.Now()
-		testenv.Elapse(time.Second) // the replica's down time: part of the fault schedule
+		at(off + time.Second) // the replica down for a second
 		c.start(victim % 3)
 		log = append(log, fmt.Sprintf("+%.1fs r%d SIGKILLed, back at +%.1fs", killed.Sub(begin).Seconds(), victim%3,
 			time.Since(begin).Seconds()))
