@@ -738,19 +738,25 @@ func poll(timeout time.Duration, cond func() bool) bool {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond) // another process's state: no signal reaches this one
+		backoff(20 * time.Millisecond)
 	}
 	return true
 }
 
 // hold lets d of the fault schedule's real time pass: when a fault strikes and how
 // long a process stays dead, paused or cut off are what the run is about.
-func hold(d time.Duration) { testenv.Elapse(d) }
+func hold(d time.Duration) { elapse(d) }
 
-// backoff pauses before the next try of a call through an outage. The outage is
-// another process's (PostgreSQL, Redis, a replica killed or cut off), and its end
-// tells this process nothing: trying again is the only way to learn of it.
-func backoff(d time.Duration) { testenv.Elapse(d) }
+// backoff pauses before the next look at, or the next try of a call through an
+// outage of, another process (PostgreSQL, Redis, a replica killed or cut off):
+// that process's state and the outage's end tell this process nothing, so asking
+// again is the only way to learn of them.
+func backoff(d time.Duration) { elapse(d) }
+
+// elapse is the chaos run's one wait on the wall clock, behind hold and backoff:
+// the run is a fault schedule played in real time against other processes, and
+// nothing they do reaches this process as an event.
+func elapse(d time.Duration) { testenv.Elapse(d) }
 
 // tailFile returns the last n lines of a file.
 func tailFile(path string, n int) string {
