@@ -3,6 +3,7 @@ package localpg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -304,22 +306,14 @@ func TestCallerDeathStopsServer(t *testing.T) {
 	if port == 0 {
 		t.Fatalf("helper printed no port:\n%s", out)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for portBusy(port) {
-		if time.Now().After(deadline) {
-			t.Fatalf("server on port %d still running after its caller died", port)
-		}
-		time.Sleep(50 * time.Millisecond) // a process this one did not start exits: no signal reaches it
+	// The postmaster is not this process's child, but a pidfd tells of any
+	// process's exit: wait on it rather than look again and again.
+	pid, _ := readPostmasterPID(dataDir) // 0 when it already exited cleanly
+	if err := waitExit(pid, 15*time.Second); err != nil {
+		t.Fatalf("postmaster %d (port %d) after its caller died: %v", pid, port, err)
 	}
-	for {
-		pid, _ := readPostmasterPID(dataDir)
-		if !processAlive(pid) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("postmaster %d still alive after its caller died", pid)
-		}
-		time.Sleep(50 * time.Millisecond) // as above: another process's exit
+	if portBusy(port) {
+		t.Fatalf("port %d still taken after the postmaster %d exited", port, pid)
 	}
 	runDir := filepath.Dir(dataDir)
 	if _, err := os.Stat(runDir); err != nil {
@@ -373,6 +367,35 @@ func TestSettings(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// waitExit waits up to timeout for process pid, which need not be a child of this
+// one, to exit; pid 0 or a process already gone returns at once.
+func waitExit(pid int, timeout time.Duration) error {
+	if pid <= 0 {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(fd)
+	for deadline := time.Now().Add(timeout); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("still running after %s", timeout)
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case err != nil:
+			return fmt.Errorf("poll pidfd: %w", err)
+		case n > 0: // readable: the process exited
+			return nil
 		}
 	}
 }
