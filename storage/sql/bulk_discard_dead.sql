@@ -1,6 +1,6 @@
 -- name: bulk_discard_dead
 -- bulk_discard_dead deletes up to $4 dead tasks of queue $1: those among $2, or any
--- when $3. Their attempts go by ON DELETE CASCADE.
+-- when $3. Their attempts go by ON DELETE CASCADE, their idempotency keys with them.
 --
 -- Parameters:
 --   $1 text: the queue
@@ -13,6 +13,11 @@ WITH doomed AS (
 	WHERE queue = $1 AND status = 'dead' AND ($3 OR id = ANY($2::uuid[]))
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
+	RETURNING t.id, t.idempotency_key
+), keys AS (
+	DELETE FROM idempotency_keys k USING gone
+	WHERE k.queue = $1 AND k.key = gone.idempotency_key AND k.task_id = gone.id
 )
-DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
-RETURNING t.id
+SELECT id FROM gone

@@ -14,10 +14,12 @@
 --     seconds at 2 million).
 --   - ins inserts the batch in input order ($12: the schedule that fired them, or
 --     NULL); those without a scheduled_at go in dispatched ('claimed') when q allows,
---     as the dispatcher would leave them, for the caller to mirror into the buffer. A
---     task whose idempotency key the queue already holds is skipped (ON CONFLICT DO
---     NOTHING waits for a concurrent inserter of the same key, so concurrent
---     identical requests create one task).
+--     as the dispatcher would leave them, for the caller to mirror into the buffer.
+--   - keyed reserves the batch's idempotency keys in idempotency_keys first; a task
+--     whose key the queue already holds (a live or a finished task's) is skipped (ON
+--     CONFLICT DO NOTHING waits for a concurrent inserter of the same key, so
+--     concurrent identical requests create one task, and of two rows of one batch
+--     with the same key the first goes in).
 --   - tallied appends the count deltas on a hot-path connection (tally_written_inline()).
 --   - wake notifies the dispatchers ($2 names the channel) when a task went in
 --     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
@@ -51,6 +53,18 @@ WITH q AS MATERIALIZED (
 		) due
 	) AS buffered
 	FROM queues WHERE name = $1 FOR KEY SHARE
+), input AS (
+	SELECT * FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
+		$9::text[], $10::bytea[])
+		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
+			idempotency_key, fingerprint, ord)
+), keyed AS (
+	INSERT INTO idempotency_keys (queue, key, task_id, fingerprint)
+	SELECT $1, i.idempotency_key, i.id, i.fingerprint FROM input i CROSS JOIN q
+	WHERE i.idempotency_key IS NOT NULL
+	ORDER BY i.ord
+	ON CONFLICT (queue, key) DO NOTHING
+	RETURNING task_id
 ), ins AS (
 	INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
 		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
@@ -59,13 +73,9 @@ WITH q AS MATERIALIZED (
 		coalesce(i.scheduled_at, now()),
 		coalesce(i.max_retries, q.max_retries), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
 		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END
-	FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
-		$9::text[], $10::bytea[])
-		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
-			idempotency_key, fingerprint, ord)
-	CROSS JOIN q
+	FROM input i CROSS JOIN q
+	WHERE i.idempotency_key IS NULL OR i.id IN (SELECT task_id FROM keyed)
 	ORDER BY i.ord
-	ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 	RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
