@@ -53,15 +53,67 @@ type WorkerConfig struct {
 	// a child of the task's enqueue span. Without it the handler's context still
 	// carries the enqueue's trace context.
 	TracerProvider trace.TracerProvider
-	// Clock is the time the worker estimates leases and paces heartbeats by.
-	// Defaults to the wall clock; a test may pass its own to see a lease run out
-	// without waiting for it.
+	// Clock is the time the worker estimates leases, paces heartbeats and times
+	// its handlers by (PrefetchBelow compares with the latter). Defaults to the
+	// wall clock; a test may pass its own to see a lease run out, or a handler run
+	// long, without waiting for it.
 	Clock Clock
 	// OnPark, when set, is called each time the poller parks with nothing to ask
 	// for (every slot and the prefetch room taken): from then until a slot frees,
 	// a handler that returns leaves its ack to the next poll. It is a hook for
 	// tests and diagnostics, called on the poller's goroutine: it must not block.
 	OnPark func()
+	// OnEvent, when set, is told of each step of the worker that may have changed
+	// what the server or its handlers hold (see WorkerEvent): a test waits on these
+	// steps rather than polling the server on a timer. It is called on the
+	// worker's goroutines, concurrently: it must be safe for that and not block.
+	OnEvent func(WorkerEvent)
+}
+
+// WorkerEvent is one step of a Worker's work, told to WorkerConfig.OnEvent after
+// it happened: once it is told, what it changed can be seen at the server.
+type WorkerEvent struct {
+	Kind WorkerEventKind
+	// TaskID is the task concerned; empty for a poll or a heartbeat round.
+	TaskID string
+	// Err is why a poll or a heartbeat round failed; nil otherwise.
+	Err error
+}
+
+// WorkerEventKind says what a WorkerEvent is.
+type WorkerEventKind int
+
+// The kinds of WorkerEvent.
+const (
+	// EventPolled: a poll was answered (tasks claimed, acks it carried settled)
+	// or failed.
+	EventPolled WorkerEventKind = iota + 1
+	// EventStarted: a task's handler is about to run.
+	EventStarted
+	// EventFinished: a task's handler returned (or the task ended unstarted).
+	EventFinished
+	// EventReported: the worker is done with a task: its outcome was reported,
+	// handed back, or given up on.
+	EventReported
+	// EventHeartbeat: a round of heartbeats was answered or failed.
+	EventHeartbeat
+)
+
+// String names k.
+func (k WorkerEventKind) String() string {
+	switch k {
+	case EventPolled:
+		return "polled"
+	case EventStarted:
+		return "started"
+	case EventFinished:
+		return "finished"
+	case EventReported:
+		return "reported"
+	case EventHeartbeat:
+		return "heartbeat"
+	}
+	return fmt.Sprintf("WorkerEventKind(%d)", int(k))
 }
 
 // maxPollTasks and maxPollWait are the server's limits for one poll.
@@ -273,7 +325,10 @@ func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, 
 		handlers: handlers, queues: queues, handlerBase: context.WithoutCancel(ctx),
 		acks: make(chan *job, maxPollTasks), stopped: make(chan struct{})}
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
-	r.slots = newSlots(w.cfg, r.execute, r.held.Done, r.stopped)
+	r.slots = newSlots(w.cfg, r.execute, func(j *job) {
+		r.held.Done()
+		r.event(EventReported, j.ID, nil)
+	}, r.stopped)
 	r.beats = newHeartbeater(r)
 	return r
 }
@@ -333,6 +388,13 @@ func (r *runner) shutdown() {
 	final := time.AfterFunc(finalReportTimeout, r.stopBG)
 	defer final.Stop()
 	<-idle
+}
+
+// event tells WorkerConfig.OnEvent of a step, when it is set.
+func (r *runner) event(kind WorkerEventKind, taskID string, err error) {
+	if r.cfg.OnEvent != nil {
+		r.cfg.OnEvent(WorkerEvent{Kind: kind, TaskID: taskID, Err: err})
+	}
 }
 
 // Clock is a Worker's time (WorkerConfig.Clock): the wall clock, or a test's.

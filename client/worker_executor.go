@@ -71,7 +71,10 @@ func (r *runner) execute(j *job) {
 	defer j.stopTimeout()
 	ctx := j.ctx
 	h := r.handlers[j.Queue]
-	began, started := time.Now(), ctx.Err() == nil
+	began, started := r.clock.Now(), ctx.Err() == nil
+	if started {
+		r.event(EventStarted, j.ID, nil)
+	}
 	var err error
 	switch {
 	case !started:
@@ -83,13 +86,14 @@ func (r *runner) execute(j *job) {
 	default:
 		err = invoke(ctx, h, j.Job)
 	}
+	r.event(EventFinished, j.ID, nil)
 	if !j.claim() {
 		return // shutdown handed the task back already
 	}
 	ackByPoll := err == nil && !j.lost.Load() && len(j.result) <= maxPollAckResult
 	var ran time.Duration // 0: the handler did not run
 	if started {
-		ran = max(time.Since(began), time.Nanosecond)
+		ran = max(r.clock.Now().Sub(began), time.Nanosecond)
 	}
 	handed := r.slots.handlerDone(j, ran, ackByPoll)
 	cause := context.Cause(ctx)

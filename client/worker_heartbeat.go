@@ -83,6 +83,7 @@ func (h *heartbeater) run(ctx context.Context) {
 			h.beat(ctx, jobs[:n], interval)
 			jobs = jobs[n:]
 		}
+		h.r.event(EventHeartbeat, "", nil)
 	}
 }
 

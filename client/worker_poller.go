@@ -34,6 +34,16 @@ func (r *runner) poll(ctx context.Context) error {
 			MaxTasks: min(p.want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: p.prefetch, Acks: ackItems(p.acks)})
 		recv := r.clock.Now()
 		r.settlePollAcks(p.acks, res, err)
+		if err == nil && len(res.Tasks) > 0 {
+			jobs := make([]*job, len(res.Tasks))
+			for i, t := range res.Tasks {
+				jobs[i] = r.newJob(t, recv, date)
+			}
+			r.held.Add(len(jobs))
+			r.slots.claim(jobs)
+			r.beats.learn(jobs[0].interval)
+		}
+		r.event(EventPolled, "", err)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -47,15 +57,6 @@ func (r *runner) poll(ctx context.Context) error {
 			continue
 		}
 		b.reset()
-		if len(res.Tasks) > 0 {
-			jobs := make([]*job, len(res.Tasks))
-			for i, t := range res.Tasks {
-				jobs[i] = r.newJob(t, recv, date)
-			}
-			r.held.Add(len(jobs))
-			r.slots.claim(jobs)
-			r.beats.learn(jobs[0].interval)
-		}
 		if len(res.Tasks) == 0 && res.RetryAfter > 0 && time.Since(sent) < r.cfg.PollWait/2 {
 			// A rate limit holds the work back and the server answered early: wait
 			// for the next token rather than ask again at once.

@@ -17,7 +17,7 @@ type slots struct {
 	// it gives the job a slot.
 	execute func(*job)
 	// forget is called once per job the keeper drops, after dropping it.
-	forget func()
+	forget func(*job)
 
 	claimed  chan []*job
 	returned chan returnEvent
@@ -63,7 +63,7 @@ type heldJob struct {
 	unstarted bool
 }
 
-func newSlots(cfg WorkerConfig, execute func(*job), forget func(), quit <-chan struct{}) *slots {
+func newSlots(cfg WorkerConfig, execute func(*job), forget func(*job), quit <-chan struct{}) *slots {
 	return &slots{concurrency: cfg.Concurrency, prefetch: cfg.Prefetch, prefetchBelow: cfg.PrefetchBelow,
 		execute: execute, forget: forget,
 		claimed: make(chan []*job), returned: make(chan returnEvent), dropped: make(chan *job),
@@ -189,7 +189,7 @@ func (s *slots) drop(st *slotState, j *job) {
 		st.reporting--
 	}
 	delete(st.active, j)
-	s.forget()
+	s.forget(j)
 }
 
 // startWaiting starts prefetched tasks, in the order claimed, while slots are free.
