@@ -2,6 +2,7 @@ package clienttest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,15 +17,16 @@ import (
 )
 
 // gate is a handler for prefetch tests. A task whose payload is "quick" returns at
-// once, "slow" after a little over client.DefaultPrefetchBelow, and "hold" when the test
-// releases it (or its context ends). It records the order in which handlers start.
+// once, "slow" after a little over client.DefaultPrefetchBelow of its worker's fake
+// clock, and "hold" when the test releases it (or its context ends). It records the
+// order in which handlers start, and hears its worker's steps beside its handlers'.
 type gate struct {
 	release chan struct{}
+	steps   *steps     // the worker's steps and every handler's start
+	clock   *fakeClock // the worker's, if fake: "slow" moves it
 	mu      sync.Mutex
 	started []string // task ids
 }
-
-func newGate() *gate { return &gate{release: make(chan struct{})} }
 
 func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	var kind string
@@ -34,11 +36,15 @@ func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	g.mu.Lock()
 	g.started = append(g.started, job.ID)
 	g.mu.Unlock()
+	g.steps.Signal("handler started " + job.ID)
 	switch kind {
 	case "slow":
-		// The handler's duration is the point: the worker measures it on the wall
-		// clock to decide whether to prefetch.
-		time.Sleep(client.DefaultPrefetchBelow + 50*time.Millisecond)
+		// The handler's duration is the point: the worker times it on its clock,
+		// which is the test's, to decide whether to prefetch.
+		if g.clock == nil {
+			return errors.New("a slow task needs a worker on a fake clock")
+		}
+		g.clock.Advance(client.DefaultPrefetchBelow + 50*time.Millisecond)
 	case "hold":
 		select {
 		case <-g.release:
@@ -49,10 +55,14 @@ func (g *gate) handle(ctx context.Context, job *client.Job) error {
 	return nil
 }
 
-// startGated starts w with a new gate as the handler of queue q and returns the gate.
-func startGated(t *testing.T, w *client.Worker) (*gate, *running) {
+// startGated starts a worker configured by cfg with a new gate as the handler of
+// queue q and returns the gate. The gate hears the worker's steps (cfg.OnEvent).
+func startGated(t *testing.T, c *client.Client, cfg client.WorkerConfig) (*gate, *running) {
 	t.Helper()
-	g := newGate()
+	g := &gate{release: make(chan struct{}), steps: newSteps()}
+	g.clock, _ = cfg.Clock.(*fakeClock)
+	cfg.OnEvent = onStep(g.steps)
+	w := client.NewWorker(c, cfg)
 	w.Handle("q", g.handle)
 	return g, start(t, w)
 }
@@ -109,13 +119,12 @@ func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 	_, c := setup(t, shortLeases)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	w := worker(c, "w-prefetch", 1)
-	g, _ := startGated(t, w)
+	g, _ := startGated(t, c, workerConfig("w-prefetch", 1))
 	warmUp(t, c, "quick", 3)
 
 	ids := enqueueKinds(t, c, "hold", "quick", "quick")
 	held, next, third := ids[0], ids[1], ids[2]
-	waitFor(t, 10*time.Second, "the held task running and the next one prefetched", func() bool {
+	g.steps.WaitUntil(t, "the held task running and the next one prefetched", func() bool {
 		return g.hasStarted(held) && len(currentTasks(t, c, "w-prefetch")) == 2
 	})
 	if got := currentTasks(t, c, "w-prefetch"); !slices.Contains(got, next) {
@@ -155,12 +164,11 @@ func TestPrefetchThresholdIsASetting(t *testing.T) {
 	_, c := setup(t, longLease)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	w := client.NewWorker(c, client.WorkerConfig{ID: "w-patient", Concurrency: 1, PrefetchBelow: 5 * time.Second,
-		PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
-	g, _ := startGated(t, w)
+	g, _ := startGated(t, c, client.WorkerConfig{ID: "w-patient", Concurrency: 1, PrefetchBelow: 5 * time.Second,
+		PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger(), Clock: newFakeClock()})
 	warmUp(t, c, "slow", 2) // over the default threshold
 	ids := enqueueKinds(t, c, "hold", "quick")
-	waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
+	g.steps.WaitUntil(t, "the next task prefetched", func() bool {
 		return g.hasStarted(ids[0]) && len(currentTasks(t, c, "w-patient")) == 2
 	})
 	close(g.release)
@@ -192,12 +200,11 @@ func TestWorkerDoesNotPrefetch(t *testing.T) {
 				settings.MaxConcurrency = client.Set(tc.cap)
 			}
 			must[*client.Queue](t)(c.CreateQueue(ctx, "q", settings))
-			w := client.NewWorker(c, client.WorkerConfig{ID: "w-main", Concurrency: 1, Prefetch: tc.prefetch,
-				PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger()})
-			g, _ := startGated(t, w)
+			g, _ := startGated(t, c, client.WorkerConfig{ID: "w-main", Concurrency: 1, Prefetch: tc.prefetch,
+				PollWait: 2 * time.Second, ShutdownGrace: 2 * time.Second, Logger: logger(), Clock: newFakeClock()})
 			warmUp(t, c, tc.warmUp, 2)
 			held := enqueueKinds(t, c, "hold")[0]
-			waitFor(t, 10*time.Second, "held task running", func() bool { return g.hasStarted(held) })
+			g.steps.WaitUntil(t, "held task running", func() bool { return g.hasStarted(held) })
 
 			next := enqueueKinds(t, c, "quick")[0]
 			witness := worker(c, "w-witness", 1)
@@ -220,12 +227,11 @@ func TestPrefetchedTaskCancelledWhileWaiting(t *testing.T) {
 	_, c := setup(t, func(cfg *server.Config) { cfg.HeartbeatInterval = 100 * time.Millisecond })
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
-	w := worker(c, "w-cancel", 1)
-	g, _ := startGated(t, w)
+	g, _ := startGated(t, c, workerConfig("w-cancel", 1))
 	warmUp(t, c, "quick", 2)
 	ids := enqueueKinds(t, c, "hold", "quick")
 	held, next := ids[0], ids[1]
-	waitFor(t, 10*time.Second, "the next task prefetched", func() bool {
+	g.steps.WaitUntil(t, "the next task prefetched", func() bool {
 		return g.hasStarted(held) && len(currentTasks(t, c, "w-cancel")) == 2
 	})
 	cancelled := must[*client.Task](t)(c.CancelTask(ctx, "q", next))
@@ -279,7 +285,7 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			// may still be on its way, and a worker stopped then hangs up on it.)
 			var armed atomic.Bool
 			parked := make(chan struct{}, 1)
-			a := client.NewWorker(c, client.WorkerConfig{ID: "w-a", Concurrency: 1, PollWait: 2 * time.Second,
+			g, ra := startGated(t, c, client.WorkerConfig{ID: "w-a", Concurrency: 1, PollWait: 2 * time.Second,
 				ShutdownGrace: grace, Logger: logger(), OnPark: func() {
 					if armed.Load() {
 						select {
@@ -288,7 +294,6 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 						}
 					}
 				}})
-			g, ra := startGated(t, a)
 			warmUp(t, c, "quick", 2)
 			armed.Store(true)
 			ids := enqueueKinds(t, c, "hold", "quick")
@@ -298,7 +303,7 @@ func TestWorkerShutdownWithPrefetchedTask(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the worker never held the next task prefetched")
 			}
-			waitFor(t, 10*time.Second, "the held task started", func() bool { return g.hasStarted(held) })
+			g.steps.WaitUntil(t, "the held task started", func() bool { return g.hasStarted(held) })
 			ra.cancel()
 			if tc.releaseEarly {
 				close(g.release)

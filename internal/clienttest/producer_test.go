@@ -258,7 +258,7 @@ func TestDeadLetterEndpoints(t *testing.T) {
 
 func TestWorkerProtocolEndpoints(t *testing.T) {
 	t.Parallel()
-	_, c := setup(t, nil)
+	s, c := setup(t, nil)
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 	a := must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: "a", Priority: 1}))
@@ -314,7 +314,8 @@ func TestWorkerProtocolEndpoints(t *testing.T) {
 		t.Fatalf("a burst of 1 handed out %d tasks", len(first.Tasks))
 	}
 	var held *client.PollResult
-	waitFor(t, 5*time.Second, "the second task buffered", func() bool {
+	// The dispatcher's passes move the second task into the buffer.
+	s.Signals.DispatchPass.WaitUntil(t, "the second task buffered", func() bool {
 		held = must[*client.PollResult](t)(c.Poll(ctx, client.PollRequest{WorkerID: "w2", Queues: []string{"slow"}}))
 		return len(held.Tasks) == 0 && held.RetryAfter > 0
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskforge/taskforge/client"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/server"
 )
 
@@ -76,7 +77,11 @@ func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 	// Worker B waits for work; it gets only what A hands back.
 	var mu2 sync.Mutex
 	redelivered := map[string]time.Time{}
-	b := client.NewWorker(c, client.WorkerConfig{ID: "worker-b", Concurrency: 3, PollWait: 2 * time.Second, Logger: logger()})
+	// B's polls are answered every 100 ms while there is no work, so that the first
+	// answer, a step of B, comes soon after the server saw B polling.
+	stepsB := newSteps()
+	b := client.NewWorker(c, client.WorkerConfig{ID: "worker-b", Concurrency: 3, PollWait: 100 * time.Millisecond, Logger: logger(),
+		OnEvent: onStep(stepsB)})
 	b.Handle("q", func(ctx context.Context, job *client.Job) error {
 		mu2.Lock()
 		redelivered[job.ID] = time.Now()
@@ -84,7 +89,7 @@ func TestWorkerShutdownHandsBackTasks(t *testing.T) {
 		return nil
 	})
 	start(t, b)
-	waitFor(t, 5*time.Second, "worker B polling", func() bool {
+	stepsB.WaitUntil(t, "worker B polling", func() bool {
 		ws := must[[]client.WorkerInfo](t)(c.ListWorkers(ctx))
 		return len(ws) == 2
 	})
@@ -189,6 +194,7 @@ type proxy struct {
 	target  string
 	down    atomic.Bool
 	refused atomic.Int64
+	refusal testsignal.Signal[int64] // every connection refused, with the count so far
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 }
@@ -200,6 +206,7 @@ func startProxy(t *testing.T, target string) *proxy {
 		t.Fatal(err)
 	}
 	p := &proxy{ln: ln, target: strings.TrimPrefix(target, "http://"), conns: map[net.Conn]struct{}{}}
+	p.refusal.Init()
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
@@ -217,8 +224,8 @@ func (p *proxy) serve() {
 			return
 		}
 		if p.down.Load() {
-			p.refused.Add(1)
 			in.Close()
+			p.refusal.Signal(p.refused.Add(1))
 			continue
 		}
 		out, err := net.Dial("tcp", p.target)
@@ -297,7 +304,7 @@ func TestWorkerSurvivesServerOutage(t *testing.T) {
 	close(releaseA) // its ack now fails and must be retried
 	b := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: "b"}))
 	const attempts = 10
-	waitFor(t, 10*time.Second, "the worker to retry during the outage", func() bool { return p.refused.Load() >= attempts })
+	p.refusal.WaitUntil(t, "the worker to retry during the outage", func() bool { return p.refused.Load() >= attempts })
 	elapsed := time.Since(down)
 	t.Logf("outage: %d connection attempts in %s", p.refused.Load(), elapsed)
 	// Two loops retry (poll and a's ack), each waiting at least retryMin/2, then
@@ -348,8 +355,9 @@ func TestWorkerCutOffPastLeaseStopsHandler(t *testing.T) {
 	p := startProxy(t, s.URL)
 	c := must[*client.Client](t)(client.New(p.URL()))
 	b := newBlocker()
+	beats := newSteps()
 	w := client.NewWorker(c, client.WorkerConfig{ID: "w-cutoff", Concurrency: 1, PollWait: time.Second,
-		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: logger()})
+		RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: logger(), OnEvent: onStep(beats)})
 	w.Handle("q", func(ctx context.Context, job *client.Job) error {
 		if job.Attempt > 1 {
 			return nil
@@ -359,14 +367,14 @@ func TestWorkerCutOffPastLeaseStopsHandler(t *testing.T) {
 	start(t, w)
 	task := must[*client.Task](t)(direct.Enqueue(ctx, "q", client.NewTask{Payload: 1}))
 	b.waitStart(t)
-	waitFor(t, 5*time.Second, "a heartbeat", func() bool {
+	beats.WaitUntil(t, "a heartbeat", func() bool {
 		got := must[*client.Task](t)(direct.GetTask(ctx, "q", task.ID))
 		return got.HeartbeatAt != nil
 	})
 
 	p.setDown(true)
 	down := time.Now()
-	at, cause := b.end(t, task.ID, 10*time.Second)
+	at, cause := b.end(t, task.ID)
 	t.Logf("cut off: handler cancelled %s after the last chance to heartbeat (lease %s)", at.Sub(down), lease)
 	if !errors.Is(cause, client.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)

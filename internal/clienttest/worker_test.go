@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskforge/taskforge/client"
+	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/server"
 )
 
@@ -189,14 +190,17 @@ func TestWorkerHeartbeatsKeepLease(t *testing.T) {
 // blocker is a handler that reports when it starts and, when its context ends,
 // when and why.
 type blocker struct {
-	started chan string // task ids
+	started chan string               // task ids
+	ends    testsignal.Signal[string] // every handler's end, with its task id
 	mu      sync.Mutex
 	ended   map[string]time.Time
 	causes  map[string]error
 }
 
 func newBlocker() *blocker {
-	return &blocker{started: make(chan string, 100), ended: map[string]time.Time{}, causes: map[string]error{}}
+	b := &blocker{started: make(chan string, 100), ended: map[string]time.Time{}, causes: map[string]error{}}
+	b.ends.Init()
+	return b
 }
 
 func (b *blocker) handle(ctx context.Context, job *client.Job) error {
@@ -206,6 +210,7 @@ func (b *blocker) handle(ctx context.Context, job *client.Job) error {
 	b.ended[job.ID] = time.Now()
 	b.causes[job.ID] = context.Cause(ctx)
 	b.mu.Unlock()
+	b.ends.Signal(job.ID)
 	return ctx.Err()
 }
 
@@ -220,11 +225,13 @@ func (b *blocker) waitStart(t *testing.T) string {
 	}
 }
 
-func (b *blocker) end(t *testing.T, id string, timeout time.Duration) (time.Time, error) {
+// end waits for the handler of task id to end and returns when it did and its
+// context's cause.
+func (b *blocker) end(t *testing.T, id string) (time.Time, error) {
 	t.Helper()
 	var at time.Time
 	var cause error
-	waitFor(t, timeout, "handler context cancelled", func() bool {
+	b.ends.WaitUntil(t, "handler context cancelled", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		at, cause = b.ended[id], b.causes[id]
@@ -233,15 +240,22 @@ func (b *blocker) end(t *testing.T, id string, timeout time.Duration) (time.Time
 	return at, cause
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // the worker's state is read over HTTP or under its lock: it signals nothing
-	}
+// steps carries the steps of a test's workers (WorkerConfig.OnEvent, through
+// onStep) and of its handlers, so that the test checks a condition after each
+// step instead of on a timer: whatever a worker changes at the server, a step of
+// it follows (a poll answered, a report or a heartbeat round done).
+type steps = testsignal.Signal[string]
+
+// newSteps returns an initialised steps.
+func newSteps() *steps {
+	s := &steps{}
+	s.Init()
+	return s
+}
+
+// onStep is a WorkerConfig.OnEvent that records each event on s.
+func onStep(s *steps) func(client.WorkerEvent) {
+	return func(ev client.WorkerEvent) { s.Signal(ev.Kind.String() + " " + ev.TaskID) }
 }
 
 // TestWorkerCancelStopsHandler: a cancel of an executing task reaches its handler's
@@ -268,7 +282,7 @@ func TestWorkerCancelStopsHandler(t *testing.T) {
 	}
 	clock.waitWaiting(t, "the heartbeater waits")
 	clock.Advance(hb)
-	_, cause := b.end(t, task.ID, 10*time.Second)
+	_, cause := b.end(t, task.ID)
 	if !errors.Is(cause, client.ErrTaskCancelled) {
 		t.Errorf("cause %v, want ErrTaskCancelled", cause)
 	}
@@ -305,7 +319,7 @@ func TestWorkerLeaseLostStopsHandler(t *testing.T) {
 	if _, err := s.Server.Store.Pool().Exec(ctx, `UPDATE tasks SET lease_token = gen_random_uuid() WHERE id = $1`, task.ID); err != nil {
 		t.Fatal(err)
 	}
-	at, cause := b.end(t, task.ID, 5*time.Second)
+	at, cause := b.end(t, task.ID)
 	t.Logf("handler context cancelled %s after the lease was lost (heartbeat interval %s)", at.Sub(t0), hb)
 	if at.Sub(t0) > hb+250*time.Millisecond {
 		t.Errorf("handler cancelled %s after the lease was lost, want within one heartbeat (%s)", at.Sub(t0), hb)
@@ -333,7 +347,7 @@ func TestWorkerTimeoutEndsHandlerContext(t *testing.T) {
 	task := must[*client.Task](t)(c.Enqueue(ctx, "q", client.NewTask{Payload: 1, Timeout: time.Second}))
 	b.waitStart(t)
 	t0 := time.Now()
-	at, cause := b.end(t, task.ID, 5*time.Second)
+	at, cause := b.end(t, task.ID)
 	if d := at.Sub(t0); d > 1200*time.Millisecond || !errors.Is(cause, context.DeadlineExceeded) {
 		t.Fatalf("handler context ended after %s with %v, want about 1s with DeadlineExceeded", d, cause)
 	}
@@ -351,12 +365,16 @@ func TestWorkerFillsFreeSlots(t *testing.T) {
 	const slots, tasks = 3, 8
 	release := make(chan struct{})
 	var now, peak atomic.Int32
-	w := worker(c, "w-slots", slots)
+	ev := newSteps()
+	cfg := workerConfig("w-slots", slots)
+	cfg.OnEvent = onStep(ev)
+	w := client.NewWorker(c, cfg)
 	w.Handle("q", func(ctx context.Context, job *client.Job) error {
 		n := now.Add(1)
 		defer now.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
+		ev.Signal("busy " + job.ID)
 		<-release
 		return nil
 	})
@@ -366,7 +384,7 @@ func TestWorkerFillsFreeSlots(t *testing.T) {
 		batch[i] = client.NewTask{Payload: i}
 	}
 	must[[]client.Task](t)(c.EnqueueBatch(ctx, "q", batch))
-	waitFor(t, 10*time.Second, "all slots busy", func() bool { return now.Load() == slots })
+	ev.WaitUntil(t, "all slots busy", func() bool { return now.Load() == slots })
 
 	// The worker asked for no more than its free slots: the rest is not leased.
 	// (Waiting tasks are pending, or claimed: moved into the dispatch buffer.)
@@ -381,7 +399,7 @@ func TestWorkerFillsFreeSlots(t *testing.T) {
 		t.Fatalf("workers %+v", ws)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "all tasks done", func() bool {
+	ev.WaitUntil(t, "all tasks done", func() bool {
 		st := must[*client.Stats](t)(c.Stats(ctx, "q"))
 		return st.Depth[client.StatusDone] == tasks
 	})
