@@ -316,17 +316,18 @@ func (b *Buffer) SetGroup(ctx context.Context, queue, group string, s GroupSetti
 func (b *Buffer) FairSize(ctx context.Context, queue string) (ids, groups int64, err error) {
 	p := b.fairKey(queue)
 	var n *redis.StringCmd
-	var g *redis.IntCmd
+	var g *redis.StringCmd
 	_, err = b.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		n = pl.Get(ctx, p+"n")
-		g = pl.HLen(ctx, p+"pass")
+		g = pl.Get(ctx, p+"ng")
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, 0, fmt.Errorf("size of fair queue %s: %w", queue, err)
 	}
 	ids, _ = n.Int64()
-	return ids, g.Val(), nil
+	groups, _ = g.Int64()
+	return ids, groups, nil
 }
 
 // MissingOfGrouped returns those of tasks that their group's buffer of fair queue

@@ -271,6 +271,7 @@ func (r *fairRun) pop() {
 	if got.Remaining != m.buffered() {
 		r.t.Fatalf("remaining %d, model holds %d", got.Remaining, m.buffered())
 	}
+	r.checkSize()
 	if len(got.Entries) == want || got.AtCap {
 		return
 	}
@@ -294,6 +295,46 @@ func (r *fairRun) pop() {
 	if rateBlocked && !unsure && got.RetryAfter <= 0 {
 		r.t.Fatalf("short pop held back by group rates carries no retry-after: %+v", got)
 	}
+}
+
+// checkSize: FairSize counts the buffered ids and the groups holding them.
+func (r *fairRun) checkSize() {
+	ids, groups, err := r.b.FairSize(context.Background(), r.queue)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	active := 0
+	for _, mg := range r.m.groups {
+		if len(mg.buf) > 0 {
+			active++
+		}
+	}
+	if int(ids) != r.m.buffered() || int(groups) != active {
+		r.t.Fatalf("FairSize %d ids in %d groups, model %d in %d", ids, groups, r.m.buffered(), active)
+	}
+}
+
+// remove deletes random buffered tasks (a cancel), and one id never buffered.
+func (r *fairRun) remove() {
+	var slots []buffer.GroupSlot
+	for _, g := range groupNames { // in a fixed order: rapid replays draws
+		mg := r.m.group(g)
+		kept := mg.buf[:0]
+		for _, t := range mg.buf {
+			if rapid.IntRange(0, 2).Draw(r.t, "drop") == 0 {
+				slots = append(slots, buffer.GroupSlot{Group: g, ID: t.id})
+			} else {
+				kept = append(kept, t)
+			}
+		}
+		mg.buf = kept
+	}
+	slots = append(slots, buffer.GroupSlot{Group: "a", ID: uuid.New()})
+	sort.Slice(slots, func(i, j int) bool { return slots[i].ID.String() < slots[j].ID.String() })
+	if err := r.b.RemoveGrouped(context.Background(), r.queue, slots, int64(r.m.levelWeight())); err != nil {
+		r.t.Fatal(err)
+	}
+	r.checkSize()
 }
 
 func (r *fairRun) executing(all bool) []buffer.GroupSlot {
@@ -398,7 +439,7 @@ func (r *fairRun) setDefaults() {
 
 func (r *fairRun) setQueue() {
 	q := ratelimit.Limits{MaxConcurrency: rapid.IntRange(0, 6).Draw(r.t, "qcap"), Paused: rapid.IntRange(0, 5).Draw(r.t, "paused") == 0,
-		AgingMs: r.m.queue.AgingMs}
+		AgingMs: rapid.SampledFrom([]int64{0, 1000}).Draw(r.t, "aging_ms")}
 	if rapid.Bool().Draw(r.t, "qrate_set") {
 		q.Rate = rapid.SampledFrom([]float64{2, 5, 20}).Draw(r.t, "qrate")
 		q.Burst = rapid.IntRange(1, 6).Draw(r.t, "qburst")
@@ -451,7 +492,9 @@ func runFairModel(rt *rapid.T, b *buffer.Buffer) {
 		case op == 7:
 			r.release(rapid.Bool().Draw(rt, "lost"))
 		case op == 8:
-			switch rapid.IntRange(0, 3).Draw(rt, "what") {
+			switch rapid.IntRange(0, 4).Draw(rt, "what") {
+			case 4:
+				r.remove()
 			case 0:
 				r.setGroup()
 			case 1:

@@ -13,6 +13,7 @@ local W = tonumber(ARGV[1])
 if W == nil or W <= 0 or (#ARGV - 1) % 3 ~= 0 then
   return redis.error_reply('fair add: bad arguments')
 end
+configure(ARGV[1], nil)
 local byGroup, order = {}, {}
 for i = 2, #ARGV, 3 do
   local g = ARGV[i]

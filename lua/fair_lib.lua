@@ -7,7 +7,8 @@
 --   P.."k:"..g    hash {tokens, ts_us}: g's token bucket (expires when idle)
 --   P.."levels"   sorted set: levels that have ready groups, member = score = level
 --   P.."lv:"..L   sorted set: the ready groups whose head is at level L, scored by pass
---   P.."pass"     hash: group -> pass (virtual time), for every group with buffered work
+--   P.."pass"     hash: group -> pass (virtual time) of each parked group (a ready
+--                 group's pass is its score in lv:<level>)
 --   P.."park"     sorted set: groups with buffered work set aside, scored by the Redis
 --                 time (µs) to look at them again: a token is due, or AT_CAP (at its cap:
 --                 a release sets it to 0)
@@ -15,7 +16,8 @@
 --                 default); field "#caps" counts overrides with a cap
 --   P.."rg"       set: groups whose slot set is not empty (for reconcile)
 --   P.."n"        string: how many ids all group buffers hold
---   P.."cfg"      string: the queue defaults the structures were built with
+--   P.."ng"       string: how many groups have buffered work
+--   P.."cfg"      string: "<level weight> <group limits>" the structures were built with
 --
 -- A group is in exactly one of three states: absent (no buffered work: it owns no
 -- key but, perhaps, its slots and an expiring bucket), ready (in lv:<level of its head>)
@@ -47,19 +49,32 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- join makes group g ready at the level of its head, at its own pass or the level's
--- smallest pass, whichever is larger: a group that (re)joins gets neither a burst of
--- saved turns nor starves the groups already there. Groups with an empty buffer leave
--- every structure instead.
-local function join(g, weight)
+-- unready removes group g from level ls (it is ready there) and the level from the
+-- index when it was the last group.
+local function unready(g, ls)
+  local key = P .. 'lv:' .. ls
+  redis.call('ZREM', key, g)
+  if redis.call('ZCARD', key) == 0 then
+    redis.call('ZREM', P .. 'levels', ls)
+  end
+end
+
+-- join makes group g ready at the level of its head, at pass (nil: the pass it was
+-- parked with, if any) or the level's smallest pass, whichever is larger: a group that
+-- (re)joins gets neither a burst of saved turns nor starves the groups already there.
+local function join(g, weight, pass)
+  if pass == nil then
+    pass = tonumber(redis.call('HGET', P .. 'pass', g))
+    if pass ~= nil then
+      redis.call('HDEL', P .. 'pass', g)
+    end
+  end
   local s = head(g)
   if s == nil then
-    redis.call('HDEL', P .. 'pass', g)
     return
   end
   local l, ls = level_of(s, weight)
   local key = P .. 'lv:' .. ls
-  local pass = tonumber(redis.call('HGET', P .. 'pass', g))
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #first > 0 then
     local m = tonumber(first[2])
@@ -69,19 +84,15 @@ local function join(g, weight)
   elseif pass == nil then
     pass = 0
   end
-  redis.call('HSET', P .. 'pass', g, fmt(pass))
   redis.call('ZADD', key, pass, g)
   redis.call('ZADD', P .. 'levels', l, ls)
 end
 
--- unready removes group g from level ls (it is ready there) and the level from the
--- index when it was the last group.
-local function unready(g, ls)
-  local key = P .. 'lv:' .. ls
-  redis.call('ZREM', key, g)
-  if redis.call('ZCARD', key) == 0 then
-    redis.call('ZREM', P .. 'levels', ls)
-  end
+-- park sets ready group g (at level ls, with pass) aside until the Redis time at.
+local function park(g, ls, pass, at)
+  unready(g, ls)
+  redis.call('HSET', P .. 'pass', g, fmt(pass))
+  redis.call('ZADD', P .. 'park', at, g)
 end
 
 -- place returns where group g is: 'ready' and its level key suffix, 'parked', or
@@ -97,26 +108,40 @@ local function place(g, old, weight)
   return 'ready', ls
 end
 
--- settle puts group g where its new buffer says, given where it was (state, ls).
+-- settle puts group g where its new buffer says, given where it was (state, ls), and
+-- keeps the count of groups with buffered work.
 local function settle(g, state, ls, weight)
+  local s = head(g)
+  if state == 'absent' then
+    if s ~= nil then
+      redis.call('INCR', P .. 'ng')
+      join(g, weight, nil)
+    end
+    return
+  end
+  if s == nil then
+    if redis.call('DECR', P .. 'ng') <= 0 then
+      redis.call('DEL', P .. 'ng')
+    end
+  end
   if state == 'parked' then
-    if head(g) == nil then
+    if s == nil then
       redis.call('ZREM', P .. 'park', g)
       redis.call('HDEL', P .. 'pass', g)
     end
     return
   end
-  if state == 'ready' then
-    local s = head(g)
-    if s ~= nil then
-      local _, nls = level_of(s, weight)
-      if nls == ls then
-        return
-      end
+  if s ~= nil then
+    local _, nls = level_of(s, weight)
+    if nls == ls then
+      return
     end
-    unready(g, ls)
   end
-  join(g, weight)
+  local pass = tonumber(redis.call('ZSCORE', P .. 'lv:' .. ls, g))
+  unready(g, ls)
+  if s ~= nil then
+    join(g, weight, pass)
+  end
 end
 
 -- wake makes every parked group ready whose time has come (score <= upto).
@@ -124,24 +149,45 @@ local function wake(upto, weight)
   local due = redis.call('ZRANGEBYSCORE', P .. 'park', '-inf', upto)
   for _, g in ipairs(due) do
     redis.call('ZREM', P .. 'park', g)
-    join(g, weight)
+    join(g, weight, nil)
   end
   return #due
 end
 
 -- rebuild parks every ready group for an immediate wake, so that the next wake places
--- them again with fresh levels and limits (after the queue's defaults changed).
+-- them again at fresh levels (after the queue's priority aging changed): O(groups with
+-- buffered work), once per change.
 local function rebuild()
   local levels = redis.call('ZRANGE', P .. 'levels', 0, -1)
   for _, ls in ipairs(levels) do
     local key = P .. 'lv:' .. ls
-    for _, g in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-      redis.call('ZADD', P .. 'park', 0, g)
+    local ready = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for i = 1, #ready, 2 do
+      redis.call('HSET', P .. 'pass', ready[i], ready[i + 1])
+      redis.call('ZADD', P .. 'park', 0, ready[i])
     end
     redis.call('DEL', key)
   end
   redis.call('DEL', P .. 'levels')
-  for _, g in ipairs(redis.call('ZRANGE', P .. 'park', 0, -1)) do
-    redis.call('ZADD', P .. 'park', 0, g)
+end
+
+-- configure records the level weight ws (an ARGV string) and, from fair_pop.lua, the
+-- group limits (nil: keep them) the structures are built with, in P.."cfg" =
+-- "weight limits": levels are rebuilt when the weight changed. Returns the limits
+-- recorded before ('' when none).
+local function configure(ws, limits)
+  local old = redis.call('GET', P .. 'cfg')
+  local want = ws .. ' ' .. (limits or '')
+  if old == want then
+    return limits
   end
+  local ow, ol = '', ''
+  if old then
+    ow, ol = string.match(old, '^(%S+) ?(.*)$')
+  end
+  if old and ow ~= ws then
+    rebuild()
+  end
+  redis.call('SET', P .. 'cfg', ws .. ' ' .. (limits or ol))
+  return ol
 end

@@ -56,17 +56,19 @@ if ARGV[5] == '1' then
   return {1, 0, now_us, remaining(), 0, 0}
 end
 
--- The queue's defaults changed since the structures were built: place every group
--- again (levels depend on the weight, parking on the limits). A group cap switched on
--- needs slots that were not kept: rebuild them from PostgreSQL first.
-local cfg = ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9]
-local old = redis.call('GET', P .. 'cfg')
-if old ~= cfg then
-  if old and dcap > 0 and tonumber(string.match(old, '^(%S+)')) == 0 then
+-- Levels follow the level weight (priority aging: a change rebuilds them). When the
+-- queue's group limits changed, every parked group is looked at again (O(parked
+-- groups), once per change), and a group cap switched on needs the slots that were
+-- not kept: rebuilt from PostgreSQL first.
+local limits = ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8]
+local before = configure(ARGV[9], limits)
+if before ~= limits then
+  if before ~= '' and dcap > 0 and tonumber(string.match(before, '^(%S+)')) == 0 then
     redis.call('DEL', KEYS[4])
   end
-  rebuild()
-  redis.call('SET', P .. 'cfg', cfg)
+  for _, g in ipairs(redis.call('ZRANGE', P .. 'park', 0, -1)) do
+    redis.call('ZADD', P .. 'park', 0, g)
+  end
 end
 
 if qcap > 0 or dcap > 0 or tonumber(redis.call('HGET', P .. 'set', '#caps') or '0') > 0 then
@@ -142,8 +144,7 @@ while n < allowed do
     local st = settings(g)
     local blocked = false
     if st.cap > 0 and redis.call('ZCARD', P .. 'r:' .. g) >= st.cap then
-      unready(g, ls)
-      redis.call('ZADD', P .. 'park', AT_CAP, g)
+      park(g, ls, pass, AT_CAP)
       cap_parked = cap_parked + 1
       blocked = true
     end
@@ -159,8 +160,7 @@ while n < allowed do
         tokens = math.min(st.burst, tokens + math.max(0, now_us - ts) * st.rate / 1000000)
       end
       if tokens < 1 then
-        unready(g, ls)
-        redis.call('ZADD', P .. 'park', now_us + math.max(1, math.ceil((1 - tokens) / st.rate * 1000000)), g)
+        park(g, ls, pass, now_us + math.max(1, math.ceil((1 - tokens) / st.rate * 1000000)))
         rate_parked = rate_parked + 1
         blocked = true
       end
@@ -205,28 +205,31 @@ while n < allowed do
       local s = head(g)
       if s == nil then
         unready(g, ls)
-        redis.call('HDEL', P .. 'pass', g)
+        if redis.call('DECR', P .. 'ng') <= 0 then
+          redis.call('DEL', P .. 'ng')
+        end
       else
-        redis.call('HSET', P .. 'pass', g, fmt(pass))
         local _, nls = level_of(s, W)
         if nls == ls then
           redis.call('ZADD', key, pass, g)
         else
           unready(g, ls)
-          join(g, W)
+          join(g, W, pass)
         end
       end
     end
   end
 end
 
-local left = remaining()
+local left
 if taken > 0 then
   left = redis.call('DECRBY', P .. 'n', taken)
   if left <= 0 then
     redis.call('DEL', P .. 'n')
     left = 0
   end
+else
+  left = remaining()
 end
 
 local retry_after = 0

@@ -11,6 +11,7 @@ local W = tonumber(ARGV[1])
 if W == nil or W <= 0 or (#ARGV - 1) % 2 ~= 0 then
   return redis.error_reply('fair remove: bad arguments')
 end
+configure(ARGV[1], nil)
 local byGroup, order = {}, {}
 for i = 2, #ARGV, 2 do
   local g = ARGV[i]
