@@ -13,7 +13,10 @@
 --                 time (µs) to look at them again: a token is due, or AT_CAP (at its cap:
 --                 a release sets it to 0)
 --   P.."set"      hash: group -> "weight cap rate burst" overrides ("-" = the queue's
---                 default); field "#caps" counts overrides with a cap
+--                 default)
+--   P.."no", P.."nc"  strings: how many groups have overrides, and overrides with a cap
+--   P.."pk"       string: "1" whenever P.."park" may hold a group (so that a pop
+--                 skips the park when it is surely empty)
 --   P.."rg"       set: groups whose slot set is not empty (for reconcile)
 --   P.."n"        string: how many ids all group buffers hold
 --   P.."ng"       string: how many groups have buffered work
@@ -93,6 +96,7 @@ local function park(g, ls, pass, at)
   unready(g, ls)
   redis.call('HSET', P .. 'pass', g, fmt(pass))
   redis.call('ZADD', P .. 'park', at, g)
+  redis.call('SET', P .. 'pk', '1')
 end
 
 -- place returns where group g is: 'ready' and its level key suffix, 'parked', or
@@ -151,6 +155,9 @@ local function wake(upto, weight)
     redis.call('ZREM', P .. 'park', g)
     join(g, weight, nil)
   end
+  if redis.call('ZCARD', P .. 'park') == 0 then
+    redis.call('DEL', P .. 'pk')
+  end
   return #due
 end
 
@@ -165,6 +172,7 @@ local function rebuild()
     for i = 1, #ready, 2 do
       redis.call('HSET', P .. 'pass', ready[i], ready[i + 1])
       redis.call('ZADD', P .. 'park', 0, ready[i])
+      redis.call('SET', P .. 'pk', '1')
     end
     redis.call('DEL', key)
   end
@@ -173,21 +181,29 @@ end
 
 -- configure records the level weight ws (an ARGV string) and, from fair_pop.lua, the
 -- group limits (nil: keep them) the structures are built with, in P.."cfg" =
--- "weight limits": levels are rebuilt when the weight changed. Returns the limits
--- recorded before ('' when none).
-local function configure(ws, limits)
-  local old = redis.call('GET', P .. 'cfg')
+-- "weight limits": levels are rebuilt when the weight changed. old is P.."cfg" when
+-- the caller read it already (false: missing). Returns the limits recorded before
+-- ('' when none) and whether the levels were rebuilt (every group is parked, to wake).
+local function configure(ws, limits, old)
+  if old == nil then
+    old = redis.call('GET', P .. 'cfg')
+  end
   local want = ws .. ' ' .. (limits or '')
   if old == want then
-    return limits
+    return limits, false
   end
   local ow, ol = '', ''
+  if old == false then
+    old = nil
+  end
   if old then
     ow, ol = string.match(old, '^(%S+) ?(.*)$')
   end
+  local rebuilt = false
   if old and ow ~= ws then
     rebuild()
+    rebuilt = true
   end
   redis.call('SET', P .. 'cfg', ws .. ' ' .. (limits or ol))
-  return ol
+  return ol, rebuilt
 end

@@ -48,12 +48,16 @@ if now_us == 0 then
 end
 local now_ms = math.floor(now_us / 1000)
 
-local function remaining()
-  return tonumber(redis.call('GET', P .. 'n') or '0')
-end
+-- One read for the state every pop needs: the recorded config, the override
+-- counts, whether anything is parked, and how many ids are buffered.
+local st0 = redis.call('MGET', P .. 'cfg', P .. 'no', P .. 'nc', P .. 'pk', P .. 'n')
+local overrides = tonumber(st0[2] or '0') > 0
+local capOverrides = tonumber(st0[3] or '0') > 0
+local parked = st0[4] == '1'
+local buffered = tonumber(st0[5] or '0')
 
 if ARGV[5] == '1' then
-  return {1, 0, now_us, remaining(), 0, 0}
+  return {1, 0, now_us, buffered, 0, 0}
 end
 
 -- Levels follow the level weight (priority aging: a change rebuilds them). When the
@@ -61,19 +65,21 @@ end
 -- groups), once per change), and a group cap switched on needs the slots that were
 -- not kept: rebuilt from PostgreSQL first.
 local limits = ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8]
-local before = configure(ARGV[9], limits)
+local before, rebuilt = configure(ARGV[9], limits, st0[1])
+parked = parked or rebuilt
 if before ~= limits then
   if before ~= '' and dcap > 0 and tonumber(string.match(before, '^(%S+)')) == 0 then
     redis.call('DEL', KEYS[4])
   end
   for _, g in ipairs(redis.call('ZRANGE', P .. 'park', 0, -1)) do
     redis.call('ZADD', P .. 'park', 0, g)
+    parked = true
   end
 end
 
-if qcap > 0 or dcap > 0 or tonumber(redis.call('HGET', P .. 'set', '#caps') or '0') > 0 then
+if qcap > 0 or dcap > 0 or capOverrides then
   if redis.call('EXISTS', KEYS[4]) == 0 then
-    return {2, 0, now_us, remaining(), 0, 0}
+    return {2, 0, now_us, buffered, 0, 0}
   end
 end
 
@@ -81,7 +87,7 @@ local allowed = want
 if qcap > 0 then
   allowed = math.min(allowed, qcap - redis.call('ZCARD', KEYS[3]))
   if allowed <= 0 then
-    return {3, 0, now_us, remaining(), 0, 0}
+    return {3, 0, now_us, buffered, 0, 0}
   end
 end
 
@@ -106,7 +112,7 @@ local function settings(g)
     return c
   end
   c = {w = 1, cap = dcap, rate = drate, burst = dburst}
-  local o = redis.call('HGET', P .. 'set', g)
+  local o = overrides and redis.call('HGET', P .. 'set', g)
   if o then
     local f = {}
     for x in string.gmatch(o, '%S+') do
@@ -126,7 +132,7 @@ end
 
 local out = {0, 0, now_us, 0, 0, 0}
 local n, taken, cap_parked, rate_parked = 0, 0, 0, 0
-if allowed > 0 then
+if allowed > 0 and parked then
   wake(now_us, W)
 end
 while n < allowed do
@@ -136,7 +142,8 @@ while n < allowed do
   end
   local ls = lv[1]
   local key = P .. 'lv:' .. ls
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  -- The first two: a group alone at its level need not advance its pass.
+  local first = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
   if #first == 0 then
     redis.call('ZREM', P .. 'levels', ls)
   else
@@ -211,7 +218,9 @@ while n < allowed do
       else
         local _, nls = level_of(s, W)
         if nls == ls then
-          redis.call('ZADD', key, pass, g)
+          if #first > 2 then
+            redis.call('ZADD', key, pass, g)
+          end
         else
           unready(g, ls)
           join(g, W, pass)
@@ -229,7 +238,7 @@ if taken > 0 then
     left = 0
   end
 else
-  left = remaining()
+  left = buffered
 end
 
 local retry_after = 0

@@ -10,7 +10,7 @@
 --
 -- Returns 1 when the overrides changed, else 0.
 local g, v = ARGV[1], ARGV[2]
-if g == nil or v == nil or string.sub(g, 1, 1) == '#' then
+if g == nil or v == nil then
   return redis.error_reply('fair set: bad arguments')
 end
 local function capOf(s)
@@ -39,11 +39,16 @@ else
   end
   redis.call('HSET', P .. 'set', g, v)
 end
+if old and not v then
+  redis.call('DECR', P .. 'no')
+elseif v and not old then
+  redis.call('INCR', P .. 'no')
+end
 local oc, nc = capOf(old), capOf(v)
 if oc and not nc then
-  redis.call('HINCRBY', P .. 'set', '#caps', -1)
+  redis.call('DECR', P .. 'nc')
 elseif nc and not oc then
-  redis.call('HINCRBY', P .. 'set', '#caps', 1)
+  redis.call('INCR', P .. 'nc')
   redis.call('DEL', KEYS[2])
 end
 redis.call('ZADD', P .. 'park', 'XX', 0, g)
