@@ -94,7 +94,7 @@ type FairPopped struct {
 	// because the queue's bucket, or the bucket of every group with work, ran dry.
 	RetryAfter  time.Duration
 	Paused      bool  // the queue is paused; nothing was popped
-	RedisTimeUs int64 // the clock (Unix µs) the script used
+	RedisTimeUs int64 // the clock (Unix µs) the script used; 0 when it needed none
 	Remaining   int   // ids left in all of the queue's group buffers
 	NeedSync    bool  // slots must be rebuilt (ReconcileGrouped) before anything pops
 	AtCap       bool  // every queue slot is taken; nothing was popped

@@ -22,7 +22,7 @@
 -- ARGV[9]  level weight in ms (buffer.LevelWeightMs of the queue's aging)
 -- ARGV[10] the time in Unix µs to use instead of Redis TIME (tests); 0 = TIME
 --
--- Returns {status, retry_after_ms, now_us, remaining, cap_parked, rate_parked,
+-- Returns {status, retry_after_ms, now_us (0: no clock was needed), remaining, cap_parked, rate_parked,
 -- id1, score1, group1, ...}; status as pop.lua's (0 ok, 1 paused, 2 slots must be
 -- rebuilt first, 3 every queue slot is taken); remaining counts every group's buffer;
 -- cap_parked and rate_parked count the groups this call set aside at their cap or out
@@ -42,11 +42,15 @@ if want == nil or want < 1 or qrate == nil or qrate < 0 or qburst == nil or qcap
     W == nil or W <= 0 or now_us == nil or now_us < 0 then
   return redis.error_reply('fair pop: bad arguments')
 end
-if now_us == 0 then
-  local t = redis.call('TIME')
-  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- clock returns the time in Unix µs, reading Redis TIME on first use only: a pop
+-- with no bucket, no slot and nothing parked needs none (and replies 0).
+local function clock()
+  if now_us == 0 then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now_us
 end
-local now_ms = math.floor(now_us / 1000)
 
 -- One read for the state every pop needs: the recorded config, the override
 -- counts, whether anything is parked, and how many ids are buffered.
@@ -99,7 +103,7 @@ if qrate > 0 then
   if qtokens == nil or ts == nil then
     qtokens = qburst
   else
-    qtokens = math.min(qburst, qtokens + math.max(0, now_us - ts) * qrate / 1000000)
+    qtokens = math.min(qburst, qtokens + math.max(0, clock() - ts) * qrate / 1000000)
   end
   allowed = math.min(allowed, math.floor(qtokens))
 end
@@ -130,10 +134,10 @@ local function settings(g)
   return c
 end
 
-local out = {0, 0, now_us, 0, 0, 0}
+local out = {0, 0, 0, 0, 0, 0}
 local n, taken, cap_parked, rate_parked = 0, 0, 0, 0
 if allowed > 0 and parked then
-  wake(now_us, W)
+  wake(clock(), W)
 end
 while n < allowed do
   local lv = redis.call('ZRANGE', P .. 'levels', 0, 0)
@@ -164,10 +168,10 @@ while n < allowed do
       if tokens == nil or ts == nil then
         tokens = st.burst
       else
-        tokens = math.min(st.burst, tokens + math.max(0, now_us - ts) * st.rate / 1000000)
+        tokens = math.min(st.burst, tokens + math.max(0, clock() - ts) * st.rate / 1000000)
       end
       if tokens < 1 then
-        park(g, ls, pass, now_us + math.max(1, math.ceil((1 - tokens) / st.rate * 1000000)))
+        park(g, ls, pass, clock() + math.max(1, math.ceil((1 - tokens) / st.rate * 1000000)))
         rate_parked = rate_parked + 1
         blocked = true
       end
@@ -180,11 +184,11 @@ while n < allowed do
         -- An id that already holds a slot is a stale duplicate (see pop.lua): dropped
         -- before anything is charged.
         local dup = false
-        if qcap > 0 and redis.call('ZADD', KEYS[3], 'NX', now_ms, id) == 0 then
+        if qcap > 0 and redis.call('ZADD', KEYS[3], 'NX', math.floor(clock() / 1000), id) == 0 then
           dup = true
         end
         if not dup and st.cap > 0 then
-          if redis.call('ZADD', P .. 'r:' .. g, 'NX', now_ms, id) == 0 then
+          if redis.call('ZADD', P .. 'r:' .. g, 'NX', math.floor(clock() / 1000), id) == 0 then
             dup = true
             if qcap > 0 then
               redis.call('ZREM', KEYS[3], id)
@@ -199,7 +203,7 @@ while n < allowed do
           out[#out + 1] = e[2]
           out[#out + 1] = g
           if st.rate > 0 then
-            redis.call('HSET', bkey, 'tokens', fmt(tokens - 1), 'ts_us', string.format('%.0f', now_us))
+            redis.call('HSET', bkey, 'tokens', fmt(tokens - 1), 'ts_us', string.format('%.0f', clock()))
             if ARGV[10] == '0' then
               -- An idle bucket refills to burst in burst/rate s: keep it no longer. (Not
               -- under a test clock: the expiry would run on Redis's own.)
@@ -244,7 +248,7 @@ end
 local retry_after = 0
 if qrate > 0 then
   qtokens = qtokens - n
-  redis.call('HSET', KEYS[2], 'tokens', fmt(qtokens), 'ts_us', string.format('%.0f', now_us))
+  redis.call('HSET', KEYS[2], 'tokens', fmt(qtokens), 'ts_us', string.format('%.0f', clock()))
   if ARGV[10] == '0' then
     redis.call('PEXPIRE', KEYS[2], math.ceil(qburst / qrate * 1000) + 1000)
   end
@@ -256,10 +260,11 @@ if n < want and left > 0 and redis.call('EXISTS', P .. 'levels') == 0 then
   -- Every group with work is parked: the earliest rate wake-up, if any, is the hint.
   local p = redis.call('ZRANGE', P .. 'park', 0, 0, 'WITHSCORES')
   if #p > 0 and tonumber(p[2]) < AT_CAP then
-    retry_after = math.max(retry_after, math.ceil((tonumber(p[2]) - now_us) / 1000))
+    retry_after = math.max(retry_after, math.ceil((tonumber(p[2]) - clock()) / 1000))
   end
 end
 out[2] = retry_after
+out[3] = now_us
 out[4] = left
 out[5] = cap_parked
 out[6] = rate_parked
