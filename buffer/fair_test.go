@@ -2,12 +2,18 @@ package buffer_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/taskforge/taskforge/buffer"
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -116,4 +122,195 @@ func TestFairPopCapDoesNotBlock(t *testing.T) {
 			t.Fatalf("after b's release: %q, want b", got)
 		}
 	})
+}
+
+// TestFairPopDropsStaleDuplicate: an id the repair re-added while its task holds a
+// slot is dropped by the pop, and its slot stays with the task that runs.
+func TestFairPopDropsStaleDuplicate(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		w := buffer.LevelWeightMs(0)
+		tasks := grouped("a", 5, 2, time.Now())
+		if err := b.AddGrouped(ctx, "q", tasks, w); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, err := b.ReconcileGrouped(ctx, "q", nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		gl := buffer.GroupLimits{MaxConcurrency: 2}
+		p, err := b.FairPop(ctx, "q", 1, ratelimit.Limits{}, gl)
+		if err != nil || len(p.Entries) != 1 || p.Entries[0].ID != tasks[0].ID {
+			t.Fatalf("pop %+v %v", p, err)
+		}
+		if err := b.AddGrouped(ctx, "q", tasks[:1], w); err != nil { // the repair re-adds it
+			t.Fatal(err)
+		}
+		p, err = b.FairPop(ctx, "q", 5, ratelimit.Limits{}, gl)
+		if err != nil || len(p.Entries) != 1 || p.Entries[0].ID != tasks[1].ID {
+			t.Fatalf("pop after a stale re-add: %+v %v; want only the second task", p, err)
+		}
+		// Both slots are held: the group is at its cap.
+		if err := b.AddGrouped(ctx, "q", grouped("a", 5, 1, time.Now()), w); err != nil {
+			t.Fatal(err)
+		}
+		if p, err = b.FairPop(ctx, "q", 5, ratelimit.Limits{}, gl); err != nil || len(p.Entries) != 0 || p.CapParked != 1 {
+			t.Fatalf("pop at cap: %+v %v", p, err)
+		}
+	})
+}
+
+// TestFairPutbackAndRepairCheck: a put-back entry keeps its score and group and pops
+// again first; MissingOfGrouped names the tasks no group buffer holds.
+func TestFairPutbackAndRepairCheck(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		w := buffer.LevelWeightMs(0)
+		tasks := grouped("a", 5, 3, time.Now())
+		if err := b.AddGrouped(ctx, "q", tasks, w); err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.FairPop(ctx, "q", 1, ratelimit.Limits{}, buffer.GroupLimits{})
+		if err != nil || len(p.Entries) != 1 {
+			t.Fatalf("pop %+v %v", p, err)
+		}
+		slots := []buffer.GroupSlot{{Group: "a", ID: tasks[0].ID}, {Group: "a", ID: tasks[1].ID}, {Group: "b", ID: tasks[2].ID}}
+		missing, err := b.MissingOfGrouped(ctx, "q", slots)
+		if err != nil || len(missing) != 2 || missing[0] != slots[0] || missing[1] != slots[2] {
+			t.Fatalf("missing %v %v; want the popped task and the one asked under the wrong group", missing, err)
+		}
+		if err := b.PutbackGrouped(ctx, "q", p.Entries, w); err != nil {
+			t.Fatal(err)
+		}
+		p2, err := b.FairPop(ctx, "q", 1, ratelimit.Limits{}, buffer.GroupLimits{})
+		if err != nil || len(p2.Entries) != 1 || p2.Entries[0] != p.Entries[0] || p2.Remaining != 2 {
+			t.Fatalf("pop after put-back %+v %v, want %+v again", p2, err, p.Entries[0])
+		}
+	})
+}
+
+// TestSetGroupRefusesBadSettings: out-of-range overrides are refused before Redis;
+// group names follow the task field's rule.
+func TestSetGroupRefusesBadSettings(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		zero, big, neg := 0, 1001, -1.0
+		for _, s := range []buffer.GroupSettings{{Weight: &zero}, {Weight: &big}, {MaxConcurrency: &zero}, {Rate: &neg}, {Burst: &zero}} {
+			if err := b.SetGroup(ctx, "q", "a", s); !errors.Is(err, buffer.ErrBadGroupSettings) {
+				t.Errorf("SetGroup(%+v) = %v, want ErrBadGroupSettings", s, err)
+			}
+		}
+	})
+	for name, ok := range map[string]bool{"": true, "tenant:42@x.y-z_A9": true, strings.Repeat("a", 200): true,
+		strings.Repeat("a", 201): false, "a b": false, "{q}": false, "é": false, "a*": false} {
+		if buffer.ValidGroup(name) != ok {
+			t.Errorf("ValidGroup(%q) = %v, want %v", name, !ok, ok)
+		}
+	}
+}
+
+// TestFairRetryAfterWhenOnlyGroupRatesBlock: every group with work out of tokens →
+// nothing pops, the reply counts them and says when the first token is due.
+func TestFairRetryAfterWhenOnlyGroupRatesBlock(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		b = b.WithClock(func() time.Time { return now })
+		w := buffer.LevelWeightMs(0)
+		for _, g := range []string{"a", "b"} {
+			if err := b.AddGrouped(ctx, "q", grouped(g, 5, 5, now), w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gl := buffer.GroupLimits{Rate: 4, Burst: 1} // a token every 250 ms
+		p, err := b.FairPop(ctx, "q", 10, ratelimit.Limits{}, gl)
+		if err != nil || len(p.Entries) != 2 || p.RateParked != 2 || p.RetryAfter != 250*time.Millisecond {
+			t.Fatalf("pop %+v %v; want one each, both parked for rate, retry in 250ms", p, err)
+		}
+		now = now.Add(100 * time.Millisecond)
+		if p, err = b.FairPop(ctx, "q", 10, ratelimit.Limits{}, gl); err != nil || len(p.Entries) != 0 || p.RetryAfter != 150*time.Millisecond {
+			t.Fatalf("pop %+v %v; want nothing, retry in 150ms", p, err)
+		}
+		now = now.Add(150 * time.Millisecond)
+		if p, err = b.FairPop(ctx, "q", 10, ratelimit.Limits{}, gl); err != nil || groupsOf(p.Entries) != "ab" {
+			t.Fatalf("pop %+v %v; want one each again", p, err)
+		}
+	})
+}
+
+// TestFairCapsHoldAcrossReplicas: pollers on separate connections pop and release
+// at once; no group ever holds more popped-and-unreleased tasks than its cap, and
+// the queue's cap holds too (guarantee 1 under concurrency).
+func TestFairCapsHoldAcrossReplicas(t *testing.T) {
+	rdbAddr := testenv.RedisAddr(t)
+	prefix := testenv.RedisPrefix(t)
+	ctx := context.Background()
+	w := buffer.LevelWeightMs(0)
+	const groups, perGroup, gcap, qcap = 6, 40, 2, 9
+	setup := buffer.New(redis.NewClient(&redis.Options{Addr: rdbAddr}), prefix)
+	defer setup.Client().Close()
+	for i := range groups {
+		if err := setup.AddGrouped(ctx, "q", grouped(fmt.Sprintf("g%d", i), 1+i%3, perGroup, time.Now()), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, _, _, err := setup.ReconcileGrouped(ctx, "q", nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	running := map[string]int{}
+	total, done := 0, 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: rdbAddr})
+			defer rdb.Close()
+			b := buffer.New(rdb, prefix)
+			for {
+				p, err := b.FairPop(ctx, "q", 3, ratelimit.Limits{MaxConcurrency: qcap}, buffer.GroupLimits{MaxConcurrency: gcap})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, e := range p.Entries {
+					running[e.Group]++
+					total++
+					if running[e.Group] > gcap || total > qcap {
+						mu.Unlock()
+						errs <- fmt.Errorf("group %s runs %d (cap %d), queue %d (cap %d)", e.Group, running[e.Group], gcap, total, qcap)
+						return
+					}
+				}
+				finished := done == groups*perGroup
+				mu.Unlock()
+				if finished {
+					return
+				}
+				for _, e := range p.Entries {
+					// Count the release before it happens, so a pop that sees the
+					// freed slot never finds it still counted here.
+					mu.Lock()
+					running[e.Group]--
+					total--
+					done++
+					mu.Unlock()
+					if err := b.ReleaseGroup(ctx, "q", e.Group, e.ID); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if done != groups*perGroup {
+		t.Fatalf("%d of %d tasks went out", done, groups*perGroup)
+	}
 }
