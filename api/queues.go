@@ -1,6 +1,9 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"regexp"
@@ -28,6 +31,57 @@ type queueSettings struct {
 	PriorityAging  Nullable[int64]   `json:"priority_aging_ms"`
 	// Push sets the push target (push.go); null makes the queue a pull queue again.
 	Push Nullable[pushSettings] `json:"push"`
+	// Retention changes the ages given (null = keep forever) and keeps the others;
+	// null sets every age back to serve's default.
+	Retention Nullable[retentionSettings] `json:"retention"`
+}
+
+// retentionSettings are the ages a request's "retention" object sets, each in
+// milliseconds or null for forever; a key left out is not changed.
+type retentionSettings struct {
+	DoneMs      Nullable[int64] `json:"done_ms"`
+	CancelledMs Nullable[int64] `json:"cancelled_ms"`
+	DeadMs      Nullable[int64] `json:"dead_ms"`
+}
+
+// UnmarshalJSON rejects unknown fields, as every request body does.
+func (r *retentionSettings) UnmarshalJSON(b []byte) error {
+	type plain retentionSettings
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var v plain
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	*r = retentionSettings(v)
+	return nil
+}
+
+// applyRetention validates the ages r sets and writes them into q's own retention.
+func applyRetention(r Nullable[retentionSettings], q *storage.Queue) error {
+	if !r.Valid {
+		q.RetentionSet = storage.RetentionSettings{} // serve's defaults again
+		return nil
+	}
+	set := make(storage.RetentionSettings, len(storage.RetentionKeys))
+	for k, v := range q.RetentionSet {
+		set[k] = v
+	}
+	lo, hi := storage.MinRetention.Milliseconds(), storage.MaxRetention.Milliseconds()
+	for _, age := range []struct {
+		key string
+		n   Nullable[int64]
+	}{{"done_ms", r.Value.DoneMs}, {"cancelled_ms", r.Value.CancelledMs}, {"dead_ms", r.Value.DeadMs}} {
+		if !age.n.Set {
+			continue
+		}
+		if age.n.Valid && (age.n.Value < lo || age.n.Value > hi) {
+			return invalid("retention.%s must be an integer from %d (one minute) to %d, or null to keep forever", age.key, lo, hi)
+		}
+		set[age.key] = age.n.Ptr()
+	}
+	q.RetentionSet = set
+	return nil
 }
 
 type createQueueRequest struct {
@@ -90,6 +144,11 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 			return invalid("priority_aging_ms must be an integer from 1 to %d, or null for strict priority", 30*dayMs)
 		}
 		q.PriorityAgingMs = qs.PriorityAging.Ptr()
+	}
+	if qs.Retention.Set {
+		if err := applyRetention(qs.Retention, q); err != nil {
+			return err
+		}
 	}
 	if qs.Push.Set {
 		return applyPush(qs.Push, q)

@@ -88,6 +88,13 @@ func TestQueueRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"patch null retries", "PATCH", "/queues/q", map[string]any{"max_retries": nil}, 400, "invalid_request"},
 		{"patch bad burst", "PATCH", "/queues/q", map[string]any{"paused": true, "rate_burst": -4}, 400, "invalid_request"},
 		{"patch malformed", "PATCH", "/queues/q", `{`, 400, "invalid_request"},
+		{"retention too short", "POST", "/queues", map[string]any{"name": "x", "retention": map[string]any{"done_ms": 59999}}, 400, "invalid_request"},
+		{"retention too long", "POST", "/queues", map[string]any{"name": "x", "retention": map[string]any{"dead_ms": 3153600000001}}, 400, "invalid_request"},
+		{"retention unknown status", "POST", "/queues", map[string]any{"name": "x", "retention": map[string]any{"failed_ms": 60000}}, 400, "invalid_request"},
+		{"retention not a number", "POST", "/queues", map[string]any{"name": "x", "retention": map[string]any{"done_ms": "7d"}}, 400, "invalid_request"},
+		{"retention fraction", "POST", "/queues", map[string]any{"name": "x", "retention": map[string]any{"done_ms": 60000.5}}, 400, "invalid_request"},
+		{"retention not an object", "POST", "/queues", map[string]any{"name": "x", "retention": 60000}, 400, "invalid_request"},
+		{"patch retention negative", "PATCH", "/queues/q", map[string]any{"paused": true, "retention": map[string]any{"cancelled_ms": -1}}, 400, "invalid_request"},
 		{"wrong method", "PUT", "/queues/q", map[string]any{}, 405, "method_not_allowed"},
 		{"no route", "GET", "/nowhere", nil, 404, "not_found"},
 	}
@@ -112,6 +119,47 @@ func TestQueueRejectsBadInputAndChangesNothing(t *testing.T) {
 	if len(list.Queues) != 1 {
 		t.Fatalf("bad requests created queues: %d", len(list.Queues))
 	}
+}
+
+// A queue's retention: ages left out follow serve's defaults (done and cancelled
+// 7 days, dead forever), null keeps forever, a PATCH changes only the ages it gives,
+// and null puts every age back to the default.
+func TestQueueRetention(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	const week, hour = 7 * 24 * 3600 * 1000, 3600 * 1000
+	retention := func(q map[string]any) [3]any {
+		r, _ := q["retention"].(map[string]any)
+		return [3]any{r["done_ms"], r["cancelled_ms"], r["dead_ms"]}
+	}
+	want := func(what string, q map[string]any, done, cancelled, dead any) {
+		t.Helper()
+		if got := retention(q); got != [3]any{done, cancelled, dead} {
+			t.Fatalf("%s: retention %v, want [%v %v %v]", what, got, done, cancelled, dead)
+		}
+	}
+	s.CreateQueue("plain", nil)
+	want("created without retention", s.Must(http.StatusOK, "GET", "/queues/plain", nil).Map(t), float64(week), float64(week), nil)
+	q := s.Must(http.StatusCreated, "POST", "/queues", map[string]any{
+		"name": "short", "retention": map[string]any{"done_ms": hour, "dead_ms": 30 * 24 * hour},
+	}).Map(t)
+	want("created with retention", q, float64(hour), float64(week), float64(30*24*hour))
+	want("read back", s.Must(http.StatusOK, "GET", "/queues/short", nil).Map(t), float64(hour), float64(week), float64(30*24*hour))
+
+	q = s.Must(http.StatusOK, "PATCH", "/queues/short", map[string]any{"retention": map[string]any{"done_ms": nil, "cancelled_ms": 60000}}).Map(t)
+	want("patched", q, nil, 60000.0, float64(30*24*hour))
+	q = s.Must(http.StatusOK, "PATCH", "/queues/short", map[string]any{"max_retries": 1}).Map(t)
+	want("patched another field", q, nil, 60000.0, float64(30*24*hour))
+	var list struct {
+		Queues []map[string]any `json:"queues"`
+	}
+	s.Must(http.StatusOK, "GET", "/queues", nil).JSON(t, &list)
+	if len(list.Queues) != 2 {
+		t.Fatalf("list: %v", list)
+	}
+	want("listed", list.Queues[1], nil, 60000.0, float64(30*24*hour))
+	q = s.Must(http.StatusOK, "PATCH", "/queues/short", map[string]any{"retention": nil}).Map(t)
+	want("reset", q, float64(week), float64(week), nil)
 }
 
 func TestDeleteQueueRefusedWhileItHoldsWork(t *testing.T) {

@@ -54,6 +54,34 @@ type QueueSettings struct {
 	// Push makes the queue a push queue (a new target replaces the old one);
 	// Null() makes it a pull queue again. A pointer keeps QueueSettings comparable.
 	Push Nullable[*PushConfig]
+	// Retention changes the ages it sets and keeps the others (on create they take
+	// the server's defaults: --retention for done and cancelled, forever for
+	// dead); Null() puts every age back to the server's default.
+	Retention Nullable[RetentionSettings]
+}
+
+// RetentionSettings are the retention ages a QueueSettings changes, each at least
+// a minute (sent in milliseconds); Null() keeps that status forever, and a zero
+// Nullable leaves the age as it is.
+type RetentionSettings struct {
+	Done, Cancelled, Dead Nullable[time.Duration]
+}
+
+func (r RetentionSettings) body() map[string]any {
+	m := map[string]any{}
+	for _, age := range []struct {
+		key string
+		d   Nullable[time.Duration]
+	}{{"done_ms", r.Done}, {"cancelled_ms", r.Cancelled}, {"dead_ms", r.Dead}} {
+		switch {
+		case !age.d.set:
+		case age.d.null:
+			m[age.key] = nil
+		default:
+			m[age.key] = age.d.value.Milliseconds()
+		}
+	}
+	return m
 }
 
 func (s QueueSettings) body() map[string]any {
@@ -78,6 +106,13 @@ func (s QueueSettings) body() map[string]any {
 			m["priority_aging_ms"] = nil
 		} else {
 			m["priority_aging_ms"] = s.PriorityAging.value.Milliseconds()
+		}
+	}
+	if s.Retention.set {
+		if s.Retention.null {
+			m["retention"] = nil
+		} else {
+			m["retention"] = s.Retention.value.body()
 		}
 	}
 	if s.Push.set {

@@ -48,9 +48,20 @@ type Queue struct {
 	// waiting time; nil = strict priority.
 	PriorityAgingMs *int64 `json:"priority_aging_ms"`
 	// Push is the target of a push queue; nil for a pull queue.
-	Push      *PushTarget `json:"push"`
-	CreatedAt time.Time   `json:"created_at"`
-	UpdatedAt time.Time   `json:"updated_at"`
+	Push *PushTarget `json:"push"`
+	// Retention is how long the queue keeps finished tasks, with the server's
+	// defaults filled in for what the queue does not set.
+	Retention Retention `json:"retention"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Retention is how long a queue keeps its tasks after they finish, per final
+// status, in milliseconds; nil keeps them forever.
+type Retention struct {
+	DoneMs      *int64 `json:"done_ms"`
+	CancelledMs *int64 `json:"cancelled_ms"`
+	DeadMs      *int64 `json:"dead_ms"`
 }
 
 // Task is the API's task object (package wire, shared with the server).

@@ -307,6 +307,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		storeOpts = append(storeOpts, storage.WithHotPool(s.hot))
 	}
+	// A queue's retention leaves out what serve's --retention sets (done and
+	// cancelled; dead tasks are kept forever unless the queue says otherwise).
+	storeOpts = append(storeOpts, storage.WithRetentionDefaults(storage.DefaultRetention(cmp.Or(cfg.Retention, storage.DefaultDoneRetention))))
 	s.Store = storage.New(pool, storeOpts...)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)

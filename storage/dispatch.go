@@ -59,7 +59,7 @@ func (s *Store) QueuesNamed(ctx context.Context, names []string) ([]Queue, error
 	if err != nil {
 		return nil, fmt.Errorf("read queues: %w", err)
 	}
-	return qs, nil
+	return s.resolvedAll(qs), nil
 }
 
 // QueuesChangedSince returns the queues whose settings changed at or after since
@@ -81,7 +81,7 @@ func (s *Store) QueuesChangedSince(ctx context.Context, since time.Time) ([]Queu
 	qs := make([]Queue, len(cs))
 	var now time.Time
 	for i, c := range cs {
-		qs[i], now = c.Queue, c.ReadAt
+		qs[i], now = s.resolved(c.Queue), c.ReadAt
 	}
 	if len(cs) == 0 {
 		if now, err = s.Now(ctx); err != nil {

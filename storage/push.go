@@ -52,6 +52,7 @@ func (s *Store) PushQueues(ctx context.Context) ([]Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list push queues: %w", err)
 	}
+	qs = s.resolvedAll(qs)
 	for i, q := range qs {
 		if q.PushSecret == nil || s.sealer == nil {
 			continue

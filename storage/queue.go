@@ -18,7 +18,7 @@ func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column())
 		if out, err = one[Queue](rows, err, ErrQueueExists); err != nil {
 			return err
 		}
@@ -28,7 +28,7 @@ func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	if err != nil {
 		return Queue{}, fmt.Errorf("create queue %s: %w", q.Name, err)
 	}
-	return out, nil
+	return s.resolved(out), nil
 }
 
 // GetQueue returns the queue called name, or ErrQueueNotFound.
@@ -38,7 +38,7 @@ func (s *Store) GetQueue(ctx context.Context, name string) (Queue, error) {
 	if err != nil {
 		return Queue{}, fmt.Errorf("get queue %s: %w", name, err)
 	}
-	return q, nil
+	return s.resolved(q), nil
 }
 
 // ListQueues returns every queue by name.
@@ -51,7 +51,7 @@ func (s *Store) ListQueues(ctx context.Context) ([]Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
-	return qs, nil
+	return s.resolvedAll(qs), nil
 }
 
 // UpdateQueue reads the queue, lets change modify it, and stores every setting
@@ -65,6 +65,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 			return err
 		}
 		stored := q.PushSecret
+		q = s.resolved(q)
 		if err := change(&q); err != nil {
 			return err
 		}
@@ -73,14 +74,14 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 			return err
 		}
 		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column())
 		out, err = one[Queue](rows, err, ErrQueueNotFound)
 		return err
 	})
 	if err != nil {
 		return Queue{}, fmt.Errorf("update queue %s: %w", name, err)
 	}
-	return out, nil
+	return s.resolved(out), nil
 }
 
 // DeleteQueue deletes an empty queue together with its finished (done or cancelled)

@@ -30,6 +30,8 @@ type Store struct {
 	hot    *pgxpool.Pool
 	sealer *sealer.Sealer   // nil: payloads, results and error texts are stored in clear
 	clock  func() time.Time // nil: the database's now() (see WithClock)
+	// retention is what a queue's retention leaves out (WithRetentionDefaults).
+	retention Retention
 	// bulkDuty is the share of its time a bulk operation spends in batches, in
 	// (0, 1]: DefaultBulkDuty unless WithBulkDuty says otherwise.
 	bulkDuty float64
@@ -78,7 +80,7 @@ func WithHotPool(hot *pgxpool.Pool) Option { return func(s *Store) { s.hot = hot
 // New returns a Store on pool. The pool should be opened with Connect (or have
 // ConfigureConn applied) so that times come back in UTC.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, bulkDuty: DefaultBulkDuty}
+	s := &Store{pool: pool, bulkDuty: DefaultBulkDuty, retention: DefaultRetention(DefaultDoneRetention)}
 	for _, o := range opts {
 		o(s)
 	}

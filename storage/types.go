@@ -89,9 +89,16 @@ type Queue struct {
 	Push *PushTarget `json:"push" db:"push"`
 	// PushSecret is the push target's signing secret as stored: sealed when
 	// encryption at rest is on. It is never shown; see Store.PushQueues.
-	PushSecret *string   `json:"-" db:"push_secret"`
-	CreatedAt  time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at" db:"updated_at"`
+	PushSecret *string `json:"-" db:"push_secret"`
+	// RetentionSet is the retention the queue sets itself, as stored (see
+	// RetentionSettings); what it leaves out follows the Store's defaults.
+	RetentionSet RetentionSettings `json:"-" db:"retention"`
+	// Retention is the queue's effective retention: RetentionSet with the Store's
+	// defaults (WithRetentionDefaults) filled in. Every read of the Store fills it;
+	// writes store RetentionSet only.
+	Retention Retention `json:"retention" db:"-"`
+	CreatedAt time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt time.Time `json:"updated_at" db:"updated_at"`
 }
 
 // PushTarget is where a push queue delivers its tasks. Its JSON form is the API's

@@ -36,7 +36,12 @@ type queueFlags struct {
 	pushHeaders    []string
 	pushSecret     string
 	pull           bool
+	retention      [3]string // done, cancelled, dead: an age or forever
+	retentionReset bool
 }
+
+// retentionFlags name the three retention ages, in the order of queueFlags.retention.
+var retentionFlags = [3]string{"retention-done", "retention-cancelled", "retention-dead"}
 
 func (f *queueFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
@@ -53,6 +58,53 @@ func (f *queueFlags) register(cmd *cobra.Command) {
 	fs.StringArrayVar(&f.pushHeaders, "push-header", nil, "with --push-url: a header sent with every push request, name=value (repeatable)")
 	fs.StringVar(&f.pushSecret, "push-secret", "", `with --push-url: sign push requests with this secret ("" removes it; left out, the current one stays)`)
 	fs.BoolVar(&f.pull, "pull", false, "make it a pull queue again (no push target)")
+	for i, status := range []string{"done", "cancelled", "dead"} {
+		fs.StringVar(&f.retention[i], retentionFlags[i], "default",
+			fmt.Sprintf("how long %s tasks are kept after they finish (e.g. 7d, 36h; at least 1m), or forever", status))
+	}
+	fs.BoolVar(&f.retentionReset, "retention-default", false, "put every retention age back to the server's default (--retention; dead: forever)")
+}
+
+// parseAge reads a retention age: a duration that may start with whole days
+// ("7d", "1d12h", "90m"), or forever.
+func parseAge(flag, raw string) (client.Nullable[time.Duration], error) {
+	if strings.EqualFold(raw, "forever") || strings.EqualFold(raw, "none") {
+		return client.Null[time.Duration](), nil
+	}
+	var d time.Duration
+	rest := raw
+	if days, after, ok := strings.Cut(raw, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return client.Nullable[time.Duration]{}, usagef("--%s %q: want an age such as 7d or 36h, or forever", flag, raw)
+		}
+		d, rest = time.Duration(n)*24*time.Hour, after
+	}
+	if rest != "" {
+		more, err := time.ParseDuration(rest)
+		if err != nil {
+			return client.Nullable[time.Duration]{}, usagef("--%s %q: want an age such as 7d or 36h, or forever", flag, raw)
+		}
+		d += more
+	}
+	return client.Set(d), nil
+}
+
+// fmtAge shows a retention age in days when it is whole days; nil is forever.
+func fmtAge(ms *int64) string {
+	if ms == nil {
+		return "forever"
+	}
+	d := time.Duration(*ms) * time.Millisecond
+	if day := 24 * time.Hour; d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
+}
+
+// fmtRetention describes a queue's retention, one age per final status.
+func fmtRetention(r client.Retention) string {
+	return fmt.Sprintf("done %s, cancelled %s, dead %s", fmtAge(r.DoneMs), fmtAge(r.CancelledMs), fmtAge(r.DeadMs))
 }
 
 // settings returns the settings whose flags were given.
@@ -91,6 +143,25 @@ func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) 
 		if s.PriorityAging, err = parseLimit("priority-aging", f.priorityAging, time.ParseDuration); err != nil {
 			return s, err
 		}
+	}
+	var ages client.RetentionSettings
+	agesSet := false
+	for i, age := range []*client.Nullable[time.Duration]{&ages.Done, &ages.Cancelled, &ages.Dead} {
+		if !changed(retentionFlags[i]) {
+			continue
+		}
+		if *age, err = parseAge(retentionFlags[i], f.retention[i]); err != nil {
+			return s, err
+		}
+		agesSet = true
+	}
+	switch {
+	case f.retentionReset && agesSet:
+		return s, usagef("--retention-default goes with no other --retention-* flag")
+	case f.retentionReset:
+		s.Retention = client.Null[client.RetentionSettings]()
+	case agesSet:
+		s.Retention = client.Set(ages)
 	}
 	pushing := changed("push-url") || changed("push-timeout") || changed("push-header") || changed("push-secret")
 	switch {
@@ -153,6 +224,7 @@ func printQueue(w io.Writer, output string, q *client.Queue) error {
 		{"backoff", fmt.Sprintf("%s .. %s", time.Duration(q.BackoffBaseMs)*time.Millisecond, time.Duration(q.BackoffMaxMs)*time.Millisecond)},
 		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
 		{"push", fmtPush(q.Push)},
+		{"retention", fmtRetention(q.Retention)},
 		{"created_at", fmtTime(q.CreatedAt)},
 		{"updated_at", fmtTime(q.UpdatedAt)},
 	})
@@ -235,7 +307,9 @@ func queueUpdateCommand(o *cliOptions) *cobra.Command {
 		Use:   "update NAME",
 		Short: "Change a queue's settings (only the flags given)",
 		Long: "Change a queue's settings. Only the flags given change; --rate-limit none and\n" +
-			"--max-concurrency none remove a limit. Changes apply within a second on every replica.",
+			"--max-concurrency none remove a limit; --retention-dead forever keeps dead tasks for good,\n" +
+			"--retention-default puts every retention age back to the server's. Changes apply within\n" +
+			"a second on every replica.",
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()

@@ -156,6 +156,27 @@ func TestCLIQueueCommands(t *testing.T) {
 	contains(t, "update output", r.stdout, "priority_aging:   -", "max_concurrency:  2")
 	e.want(exitUsage, "queue", "update", "emails", "--priority-aging", "often")
 	e.want(exitUsage, "queue", "update", "emails") // nothing to change
+
+	// Retention: ages in days or any duration, forever, and back to the server's default.
+	r = e.want(0, "queue", "get", "emails")
+	contains(t, "default retention", r.stdout, "retention:", "done 7d, cancelled 7d, dead forever")
+	e.json(&q, "queue", "update", "emails", "--retention-done", "1d12h", "--retention-dead", "30d")
+	if q.Retention.DoneMs == nil || *q.Retention.DoneMs != 36*3600*1000 || q.Retention.DeadMs == nil ||
+		*q.Retention.DeadMs != 30*24*3600*1000 || q.Retention.CancelledMs == nil || *q.Retention.CancelledMs != 7*24*3600*1000 {
+		t.Fatalf("queue update --retention-*: %+v", q.Retention)
+	}
+	r = e.want(0, "queue", "update", "emails", "--retention-cancelled", "forever")
+	contains(t, "update output", r.stdout, "done 36h0m0s, cancelled forever, dead 30d")
+	e.want(exitUsage, "queue", "update", "emails", "--retention-done", "a week")                    // the CLI says so
+	e.want(exitUsage, "queue", "update", "emails", "--retention-done", "30s")                       // the server says 400
+	e.want(exitUsage, "queue", "update", "emails", "--retention-default", "--retention-dead", "1d") // both
+	r = e.want(0, "queue", "update", "emails", "--retention-default")
+	contains(t, "reset output", r.stdout, "done 7d, cancelled 7d, dead forever")
+	e.json(&q, "queue", "create", "audit", "--retention-dead", "90d")
+	if q.Retention.DeadMs == nil || *q.Retention.DeadMs != 90*24*3600*1000 || *q.Retention.DoneMs != 7*24*3600*1000 {
+		t.Fatalf("queue create --retention-dead: %+v", q.Retention)
+	}
+	e.want(0, "queue", "delete", "audit")
 	e.want(exitNotFound, "queue", "update", "nope", "--paused")
 
 	r = e.want(0, "queue", "pause", "emails")
