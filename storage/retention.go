@@ -103,13 +103,13 @@ func (s *Store) resolvedAll(qs []Queue) []Queue {
 // transaction holds, so a batch never waits on live traffic and live traffic waits
 // on a batch for at most that batch's duration.
 
-// DeleteExpiredTasks deletes up to limit done or cancelled tasks, of any queue,
-// whose finished_at is more than olderThan ago on the database clock, oldest first,
-// together with their attempts, and returns how many tasks it deleted. Dead tasks are
-// never deleted here (only a discard removes them). The transaction is bounded by
+// DeleteExpiredTasks deletes up to limit finished tasks outside workflows, of any
+// queue, that their queue's retention for their status has passed on the database
+// clock (defaults where the queue sets none; nil keeps forever), together with their
+// attempts, and returns how many tasks it deleted. The transaction is bounded by
 // timeout.
-func (s *Store) DeleteExpiredTasks(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
-	n, err := s.shortDelete(ctx, timeout, deleteExpiredTasks, ms(olderThan), limit)
+func (s *Store) DeleteExpiredTasks(ctx context.Context, defaults Retention, limit int, timeout time.Duration) (int64, error) {
+	n, err := s.shortDelete(ctx, timeout, deleteExpiredTasks, defaults.DoneMs, defaults.CancelledMs, defaults.DeadMs, limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired tasks: %w", err)
 	}

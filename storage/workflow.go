@@ -556,17 +556,18 @@ func (s *Store) resumeTx(ctx context.Context, tx pgx.Tx, deadID uuid.UUID) (Task
 	return replay, true, nil
 }
 
-// DeleteExpiredWorkflows deletes up to limit workflows that finished more than
-// olderThan ago and hold no unfinished or dead task, each with all its tasks (and
-// their attempts), and returns how many workflows it deleted. A workflow goes whole
-// or not at all. The transaction is bounded by timeout.
-func (s *Store) DeleteExpiredWorkflows(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error) {
+// DeleteExpiredWorkflows deletes up to limit finished workflows every task of
+// which is finished and past its queue's retention for its status (defaults where
+// the queue sets none), each with all its tasks (and their attempts), and returns
+// how many workflows it deleted. A workflow goes whole or not at all. The
+// transaction is bounded by timeout.
+func (s *Store) DeleteExpiredWorkflows(ctx context.Context, defaults Retention, limit int, timeout time.Duration) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, setRetentionTimeouts, strconv.FormatInt(max(ms(timeout), 1), 10)); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, expiredWorkflows, ms(olderThan), limit)
+		rows, err := tx.Query(ctx, expiredWorkflows, defaults.DoneMs, defaults.CancelledMs, defaults.DeadMs, limit)
 		if err != nil {
 			return err
 		}

@@ -404,13 +404,13 @@ func TestWorkflowRetention(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, `UPDATE tasks SET finished_at = now() - interval '1 day' WHERE workflow_id IS NOT NULL AND status = 'done'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.DeleteExpiredTasks(ctx, time.Hour, 100, time.Second); err != nil || n != 0 {
+	if n, err := s.DeleteExpiredTasks(ctx, storage.DefaultRetention(time.Hour), 100, time.Second); err != nil || n != 0 {
 		t.Fatalf("plain retention deleted %d workflow tasks (%v)", n, err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE workflows SET finished_at = now() - interval '1 day' WHERE status <> 'running'`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.DeleteExpiredWorkflows(ctx, time.Hour, 10, time.Second)
+	n, err := s.DeleteExpiredWorkflows(ctx, storage.DefaultRetention(time.Hour), 10, time.Second)
 	if err != nil || n != 1 {
 		t.Fatalf("deleted %d workflows (%v), want 1", n, err)
 	}

@@ -1,6 +1,7 @@
-// Package janitor enforces TaskForge's retention: it deletes done and cancelled
-// tasks (their attempts go with them) whose finished_at is older than the retention
-// age on the database clock, and forgets workers silent for as long.
+// Package janitor enforces TaskForge's retention: it deletes finished tasks (their
+// attempts go with them) whose finished_at is older than their queue's retention for
+// their status on the database clock, and forgets workers silent for as long as the
+// default retention.
 //
 // It deletes in small batches, each its own short transaction bounded by a
 // server-side statement and lock timeout, and skips rows another transaction holds
@@ -8,6 +9,7 @@
 // traffic, and any number of replicas may run it at once.
 //
 // The janitor never deletes a task that is not finished: pending, claimed,
-// executing and retry tasks stay, and so do dead tasks, which are kept until an
-// operator replays or discards them. It never touches Redis.
+// executing and retry tasks stay, and so do dead tasks unless their queue sets a
+// retention for them: by default they are kept until an operator replays or
+// discards them. It never touches Redis.
 package janitor

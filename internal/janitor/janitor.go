@@ -12,9 +12,11 @@ import (
 
 // Config tunes a Janitor. Zero fields take the defaults.
 type Config struct {
-	// Retention is how long done and cancelled tasks are kept after they finish,
-	// and how long a worker that stopped polling and heartbeating stays listed.
-	// Defaults to 7 days.
+	// Retention is how long done and cancelled tasks of a queue that sets no
+	// retention of its own are kept after they finish (dead ones are kept forever
+	// unless their queue says otherwise), and how long a worker that stopped
+	// polling and heartbeating stays listed. Defaults to 7 days. Serve gives the
+	// Store the same default (storage.WithRetentionDefaults), which queues show.
 	Retention time.Duration
 	// Interval is the pause between sweeps (±10% jitter). Defaults to 1 minute.
 	Interval time.Duration
@@ -63,8 +65,8 @@ type Batch struct {
 // package lifecycle, which own every change of a task (serve passes its
 // lifecycle.Lifecycle).
 type Retention interface {
-	DeleteExpiredTasks(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error)
-	DeleteExpiredWorkflows(ctx context.Context, olderThan time.Duration, limit int, timeout time.Duration) (int64, error)
+	DeleteExpiredTasks(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
+	DeleteExpiredWorkflows(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
 }
 
 // Janitor deletes expired history. Create it with New; run it with Run.
@@ -115,9 +117,10 @@ func (j *Janitor) Run(ctx context.Context) error {
 // workflows (at least one), since each holds up to 1,000 tasks.
 const WorkflowBatchDivisor = 50
 
-// SweepOnce deletes, batch by batch, every done or cancelled plain task that finished
-// more than Retention ago, then every workflow that finished more than Retention ago
-// and holds no unfinished or dead task, whole with its tasks, then the audit entries older than AuditRetention, then every
+// SweepOnce deletes, batch by batch, every finished plain task that its queue's
+// retention for its status has passed (Retention for done and cancelled, forever for
+// dead, where the queue sets none), then every finished workflow all of whose tasks
+// have expired so, whole with its tasks, then the audit entries older than AuditRetention, then every
 // worker silent for longer than Retention. It returns how many rows it deleted
 // (tasks, audit entries and workers; attempts, which go with their tasks, are not
 // counted) and the first error, which ends the sweep.
@@ -125,7 +128,7 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 	// Every queue's expired tasks in one statement per batch, oldest first: the
 	// sweep's cost follows what expired, not the number of queues.
 	deleted, err = j.drain(ctx, "tasks", func() (int64, error) {
-		return j.tasks.DeleteExpiredTasks(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
+		return j.tasks.DeleteExpiredTasks(ctx, j.defaults(), j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
 	if err != nil {
 		return deleted, err
@@ -138,7 +141,7 @@ func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
 			return deleted, err
 		}
 		start := time.Now()
-		n, err := j.tasks.DeleteExpiredWorkflows(ctx, j.cfg.Retention, perBatch, j.cfg.BatchTimeout)
+		n, err := j.tasks.DeleteExpiredWorkflows(ctx, j.defaults(), perBatch, j.cfg.BatchTimeout)
 		if err != nil {
 			return deleted, err
 		}
@@ -187,6 +190,9 @@ func (j *Janitor) drain(ctx context.Context, table string, batch func() (int64, 
 		}
 	}
 }
+
+// defaults is the retention of queues that set none of their own.
+func (j *Janitor) defaults() storage.Retention { return storage.DefaultRetention(j.cfg.Retention) }
 
 // jitter spreads replicas' sweeps by up to ±10%.
 func jitter(d time.Duration) time.Duration {

@@ -379,3 +379,82 @@ func TestSweepDeletesExpiredAuditEntries(t *testing.T) {
 		t.Errorf("audit batches %+v, want 8, 8, 4", batches)
 	}
 }
+
+// TestSweepFollowsEachQueuesRetention: each queue's own ages decide, per final
+// status; what a queue does not set follows Config.Retention for done and cancelled
+// and keeps dead tasks forever; null keeps forever.
+func TestSweepFollowsEachQueuesRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t)
+	exec(t, pool, `INSERT INTO queues (name, retention) VALUES
+		('short', '{"done_ms": 3600000, "dead_ms": 86400000}'),
+		('forever', '{"done_ms": null, "cancelled_ms": null}')`)
+	// Every queue gets one task of each final status per age.
+	exec(t, pool, `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
+		attempts, created_at, updated_at, finished_at)
+	SELECT gen_random_uuid(), q, jsonb_build_object('age_h', h), 1, s, now() - h * interval '1 hour', 3, 1,
+		now() - h * interval '1 hour', now() - h * interval '1 hour', now() - h * interval '1 hour'
+	FROM unnest(ARRAY['q', 'short', 'forever']) AS q, unnest(ARRAY['done', 'cancelled', 'dead']) AS s,
+		unnest(ARRAY[2, 30, 200]) AS h`)
+	j := janitor.New(store, store, janitor.Config{Retention: 24 * time.Hour}, quiet)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := func(queue, status string) []int {
+		rows, err := pool.Query(ctx, `SELECT (payload->>'age_h')::int FROM tasks WHERE queue = $1 AND status = $2 ORDER BY 1`, queue, status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		queue, status string
+		want          []int // ages in hours still kept
+	}{
+		{"q", "done", []int{2}}, {"q", "cancelled", []int{2}}, {"q", "dead", []int{2, 30, 200}},
+		{"short", "done", nil}, {"short", "cancelled", []int{2}}, {"short", "dead", []int{2}},
+		{"forever", "done", []int{2, 30, 200}}, {"forever", "cancelled", []int{2, 30, 200}}, {"forever", "dead", []int{2, 30, 200}},
+	} {
+		if got := left(tc.queue, tc.status); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s %s tasks kept: ages %v h, want %v h", tc.queue, tc.status, got, tc.want)
+		}
+	}
+}
+
+// TestWorkflowGoesWholeWhenItsLastTaskExpires: a finished workflow with steps in two
+// queues stays while one step's queue still keeps it, then goes with all its tasks.
+func TestWorkflowGoesWholeWhenItsLastTaskExpires(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t)
+	exec(t, pool, `INSERT INTO queues (name, retention) VALUES ('short', '{"done_ms": 3600000}'), ('long', '{"done_ms": 86400000}')`)
+	var wf uuid.UUID
+	if err := pool.QueryRow(ctx, `INSERT INTO workflows (id, name, status, steps_left, finished_at)
+		VALUES (gen_random_uuid(), 'wf', 'succeeded', 0, now() - interval '2 hours') RETURNING id`).Scan(&wf); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
+		attempts, created_at, updated_at, finished_at, workflow_id)
+	SELECT gen_random_uuid(), q, '{}', 1, 'done', now() - interval '3 hours', 3, 1,
+		now() - interval '3 hours', now() - interval '2 hours', now() - interval '2 hours', $1
+	FROM unnest(ARRAY['short', 'long']) AS q`, wf)
+	j := janitor.New(store, store, janitor.Config{}, quiet)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM tasks WHERE workflow_id = $1`, wf); n != 2 {
+		t.Fatalf("%d of the workflow's 2 tasks kept while queue long keeps its step", n)
+	}
+	exec(t, pool, `UPDATE tasks SET finished_at = now() - interval '25 hours', created_at = now() - interval '26 hours' WHERE queue = 'long'`)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM tasks WHERE workflow_id = $1`, wf) + count(t, pool, `SELECT count(*) FROM workflows WHERE id = $1`, wf); n != 0 {
+		t.Fatalf("%d rows of the expired workflow left, want it gone whole", n)
+	}
+}

@@ -173,8 +173,10 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Retention deletes the finished tasks (a cutoff of zero: all of them).
-	if n, err := s.DeleteExpiredTasks(ctx, 0, 100, 5*time.Second); err != nil || n != 3 {
+	// Retention deletes the done and cancelled tasks (a cutoff of zero: all of them;
+	// dead ones are kept forever).
+	zero := int64(0)
+	if n, err := s.DeleteExpiredTasks(ctx, storage.Retention{DoneMs: &zero, CancelledMs: &zero}, 100, 5*time.Second); err != nil || n != 3 {
 		t.Fatalf("retention deleted %d (%v), want 3", n, err)
 	}
 	exact(t, s, "q", map[string]int64{"pending": 2, "claimed": 4, "dead": 2})

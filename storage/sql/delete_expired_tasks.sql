@@ -1,23 +1,38 @@
 -- name: delete_expired_tasks
--- delete_expired_tasks deletes up to $2 done or cancelled plain tasks of any queue that
--- finished more than $1 ms ago, oldest first through tasks_finished_idx; their attempts
--- go by ON DELETE CASCADE. SKIP LOCKED leaves rows that another transaction holds to a
--- later batch. Their idempotency keys go with them.
+-- delete_expired_tasks deletes up to $4 finished plain tasks that their queue's
+-- retention for their status has passed (the queue's own age, else the default of
+-- $1..$3; NULL keeps forever); their attempts go by ON DELETE CASCADE, and their
+-- idempotency keys' reservations with them. One statement for every queue: for each
+-- queue and final status with an age, it reads that queue's oldest tasks of that
+-- status through tasks_status_list_idx (a task is created before it finishes, so
+-- created_at bounds the range). SKIP LOCKED leaves rows that another transaction
+-- holds to a later batch.
 --
 -- Parameters:
---   $1 float8: the age in milliseconds past which a finished task goes
---   $2 int8: the most rows to take
+--   $1 int8: the default retention of done tasks in ms (NULL = forever)
+--   $2 int8: the default retention of cancelled tasks in ms (NULL = forever)
+--   $3 int8: the default retention of dead tasks in ms (NULL = forever)
+--   $4 int8: the most rows to take
 -- Returns: no rows.
-WITH doomed AS (
-	SELECT id FROM tasks
-	WHERE status IN ('done', 'cancelled') AND finished_at < now() - $1 * interval '1 millisecond'
-		AND workflow_id IS NULL -- workflows go whole (expiredWorkflows)
-	ORDER BY finished_at
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-), gone AS (
-	DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
-	RETURNING t.queue, t.id, t.idempotency_key
+WITH ages AS (
+	SELECT q.name AS queue, d.status,
+		now() - taskforge_retention_ms(q.retention, d.status, d.default_ms) * interval '1 millisecond' AS cutoff
+	FROM queues q
+	CROSS JOIN (VALUES ('done', $1::int8), ('cancelled', $2::int8), ('dead', $3::int8)) AS d (status, default_ms)
+), doomed AS (
+	SELECT x.id, x.queue, x.idempotency_key FROM ages a
+	CROSS JOIN LATERAL (
+		SELECT t.id, t.queue, t.idempotency_key FROM tasks t
+		WHERE t.queue = a.queue AND t.status = a.status
+			AND t.created_at < a.cutoff AND t.finished_at < a.cutoff
+			AND t.workflow_id IS NULL -- workflows go whole (expired_workflows)
+		LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	) x
+	WHERE a.cutoff IS NOT NULL
+	LIMIT $4
+), keys AS (
+	DELETE FROM idempotency_keys k USING doomed
+	WHERE k.queue = doomed.queue AND k.key = doomed.idempotency_key AND k.task_id = doomed.id
 )
-DELETE FROM idempotency_keys k USING gone
-WHERE k.queue = gone.queue AND k.key = gone.idempotency_key AND k.task_id = gone.id
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
