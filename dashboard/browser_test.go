@@ -354,6 +354,26 @@ func testEditSettings(t *testing.T, e *env) {
 	// The page has taken the save's answer (the API can be seen to change first).
 	page.waitJS(`document.getElementById('settings-state').textContent === 'Saved values shown' &&
 		!document.getElementById('save-settings').disabled`, "the page to take the save's answer")
+	// Retention shows in hours (empty: forever) and is saved in milliseconds; only the
+	// age changed is sent, so the others keep following the server's defaults.
+	page.waitJS(`document.getElementById('s-retention_done')?.value === '168' &&
+		document.getElementById('s-retention_dead').value === ''`, "the retention in hours")
+	page.enter("#s-retention_done", "2")
+	page.click("#save-settings")
+	testserver.Eventually(t, 5*time.Second, "the new retention", func() bool {
+		var q struct {
+			Retention struct {
+				DoneMs      *int64 `json:"done_ms"`
+				CancelledMs *int64 `json:"cancelled_ms"`
+				DeadMs      *int64 `json:"dead_ms"`
+			} `json:"retention"`
+		}
+		s.Must(http.StatusOK, "GET", "/queues/imports", nil).JSON(t, &q)
+		r := q.Retention
+		return r.DoneMs != nil && *r.DoneMs == 2*3600*1000 && r.CancelledMs != nil && *r.CancelledMs == 7*24*3600*1000 && r.DeadMs == nil
+	})
+	page.waitJS(`document.getElementById('settings-state').textContent === 'Saved values shown' &&
+		!document.getElementById('save-settings').disabled`, "the page to take the save's answer")
 	page.enter("#s-max_retries", "500")
 	page.click("#save-settings")
 	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")

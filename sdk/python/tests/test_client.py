@@ -22,6 +22,17 @@ def test_queue_crud_pause_resume_stats(client: taskforge.Client, queue: str) -> 
     q = client.update_queue(queue, rate_limit=None)  # None clears; absent fields stay
     assert q.rate_limit is None and q.max_retries == 5
 
+    week = 7 * 24 * 3_600_000
+    assert q.retention == taskforge.Retention(done_ms=week, cancelled_ms=week, dead_ms=None)
+    q = client.update_queue(queue, retention={"done_ms": 3_600_000, "dead_ms": 30 * 24 * 3_600_000})
+    assert q.retention == taskforge.Retention(done_ms=3_600_000, cancelled_ms=week, dead_ms=30 * 24 * 3_600_000)
+    q = client.update_queue(queue, retention={"cancelled_ms": None})
+    assert q.retention is not None and q.retention.cancelled_ms is None and q.retention.done_ms == 3_600_000
+    with pytest.raises(taskforge.InvalidRequest):
+        client.update_queue(queue, retention={"done_ms": 1_000})
+    q = client.update_queue(queue, retention=None)
+    assert q.retention == taskforge.Retention(done_ms=week, cancelled_ms=week, dead_ms=None)
+
     assert client.pause_queue(queue).paused
     assert not client.resume_queue(queue).paused
     st = client.stats(queue)

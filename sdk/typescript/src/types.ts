@@ -32,6 +32,8 @@ export interface Queue {
   paused: boolean;
   /** Each priority level is worth this much waiting; null = strict priority. */
   priority_aging_ms: number | null;
+  /** How long finished tasks are kept, the server's defaults filled in. */
+  retention: Retention;
   created_at: string;
   updated_at: string;
 }
@@ -49,7 +51,26 @@ export interface QueueSettings {
   backoff_max_ms?: number;
   paused?: boolean;
   priority_aging_ms?: number | null;
+  /**
+   * Sets the retention ages given and keeps the others (on create: the server's
+   * defaults, done and cancelled `--retention`, dead forever); null puts every age
+   * back to the server's default.
+   */
+  retention?: RetentionSettings | null;
 }
+
+/**
+ * How long a queue keeps its tasks after they finish, per final status, in
+ * milliseconds; null = forever.
+ */
+export interface Retention {
+  done_ms: number | null;
+  cancelled_ms: number | null;
+  dead_ms: number | null;
+}
+
+/** The retention ages a QueueSettings sets: at least 60000 ms, or null = forever. */
+export type RetentionSettings = Partial<Retention>;
 
 /** An attempt record of a task's `attempt_history`. */
 export interface Attempt {

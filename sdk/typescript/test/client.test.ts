@@ -47,6 +47,15 @@ test("queues: create, get, list, update, pause, resume, stats, delete", async ()
   assert.equal(st.depth.pending, 0);
   await rejectsWith(client.createQueue(q), "queue_exists", 409);
   await rejectsWith(client.updateQueue(q, { max_retries: 1000 }), "invalid_request", 400);
+  // Retention: the server's defaults, then the ages set, then the defaults again.
+  const week = 7 * 24 * 3_600_000;
+  assert.deepEqual(got.retention, { done_ms: week, cancelled_ms: week, dead_ms: null });
+  const kept = await client.updateQueue(q, { retention: { done_ms: 3_600_000, dead_ms: 30 * 24 * 3_600_000 } });
+  assert.deepEqual(kept.retention, { done_ms: 3_600_000, cancelled_ms: week, dead_ms: 30 * 24 * 3_600_000 });
+  assert.deepEqual((await client.updateQueue(q, { retention: { cancelled_ms: null } })).retention,
+    { done_ms: 3_600_000, cancelled_ms: null, dead_ms: 30 * 24 * 3_600_000 });
+  await rejectsWith(client.updateQueue(q, { retention: { done_ms: 1_000 } }), "invalid_request", 400);
+  assert.deepEqual((await client.updateQueue(q, { retention: null })).retention, { done_ms: week, cancelled_ms: week, dead_ms: null });
   await client.deleteQueue(q);
   const e = await rejectsWith(client.getQueue(q), "queue_not_found", 404);
   assert.match(e.message, /^get queue ".*": queue_not_found: /);

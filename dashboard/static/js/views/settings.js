@@ -1,5 +1,5 @@
-// Queue settings: rate limit, burst, concurrency, retries and backoff, and
-// pause/resume, saved with PATCH /queues/:name.
+// Queue settings: rate limit, burst, concurrency, retries and backoff, retention,
+// and pause/resume, saved with PATCH /queues/:name.
 import { h, replace, setText, hashLink } from '../dom.js';
 import { api, q } from '../api.js';
 import { store, queueNames, findQueue } from '../live.js';
@@ -7,6 +7,10 @@ import * as fmt from '../format.js';
 import { empty, toast, busy, field, queueSelect, fillQueueSelect, errorBox } from '../ui.js';
 
 // Each editable field: API name, label, hint, optional (empty = null), integer.
+// A field of a nested object (retention) names its group and key, and shows the
+// value divided by scale (hours for milliseconds).
+const hourMs = 3600000;
+const retentionHint = (status) => `How long ${status} tasks are kept after they finish. Empty: forever.`;
 const fields = [
   { name: 'rate_limit', label: 'Rate limit (tasks/s)', hint: 'Empty: unlimited.', optional: true, step: 'any', min: '0' },
   { name: 'rate_burst', label: 'Burst', hint: 'Tasks allowed at once above the rate. Empty: ceil(rate limit).', optional: true, int: true, min: '1' },
@@ -15,7 +19,23 @@ const fields = [
   { name: 'backoff_base_ms', label: 'Backoff base (ms)', hint: 'Delay before the first retry; doubles each time.', int: true, min: '0' },
   { name: 'backoff_max_ms', label: 'Backoff max (ms)', hint: 'Longest delay between retries.', int: true, min: '1' },
   { name: 'priority_aging_ms', label: 'Priority aging (ms)', hint: 'Waiting this long counts as one priority level. Empty: strict priority.', optional: true, int: true, min: '1', placeholder: 'strict' },
+  { name: 'retention_done', group: 'retention', key: 'done_ms', scale: hourMs, label: 'Keep done (hours)', hint: retentionHint('done'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
+  { name: 'retention_cancelled', group: 'retention', key: 'cancelled_ms', scale: hourMs, label: 'Keep cancelled (hours)', hint: retentionHint('cancelled'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
+  { name: 'retention_dead', group: 'retention', key: 'dead_ms', scale: hourMs, label: 'Keep dead (hours)', hint: retentionHint('dead'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
 ];
+
+// valueOf reads field f of queue qs: undefined when the server lacks it.
+function valueOf(qs, f) {
+  if (!f.group) return qs[f.name];
+  const g = qs[f.group];
+  return g && typeof g === 'object' && f.key in g ? g[f.key] : undefined;
+}
+
+// shown is how a value appears in its input ('' for null).
+function shown(f, v) {
+  if (v === null || v === undefined) return '';
+  return String(f.scale ? Math.round((v / f.scale) * 1e4) / 1e4 : v);
+}
 
 export function settings() {
   let name = '';
@@ -47,7 +67,7 @@ export function settings() {
   const body = h('div', { class: 'settings-body' },
     h('section', { class: 'card pause-card', 'aria-label': 'Pause or resume' }, pauseState, pause),
     h('section', { class: 'card', 'aria-labelledby': 'settings-title' },
-      h('h2', { class: 'card-title', id: 'settings-title', text: 'Flow control and retries' }), form),
+      h('h2', { class: 'card-title', id: 'settings-title', text: 'Flow control, retries and retention' }), form),
     h('section', { class: 'card', 'aria-label': 'Current load' }, h('h2', { class: 'card-title', text: 'Now' }), current));
   const none = empty('No queues yet.', 'Create one with POST /queues; its settings can be edited here.');
   const missing = h('div', { hidden: true });
@@ -67,11 +87,11 @@ export function settings() {
     if (!qs) return;
     base = {};
     for (const f of fields) {
-      const v = qs[f.name];
-      base[f.name] = v === undefined ? undefined : v;
-      if (!keepInputs) inputs[f.name].value = v === null || v === undefined ? '' : String(v);
+      const v = valueOf(qs, f);
+      base[f.name] = v;
+      if (!keepInputs) inputs[f.name].value = shown(f, v);
       // A server without this setting does not get it.
-      inputs[f.name].closest('.field').hidden = !(f.name in qs);
+      inputs[f.name].closest('.field').hidden = v === undefined;
     }
     replace(problem);
   }
@@ -90,9 +110,16 @@ export function settings() {
       }
       const n = Number(raw);
       if (!Number.isFinite(n) || (f.int && !Number.isInteger(n))) throw new Error(`${f.label} must be ${f.int ? 'a whole number' : 'a number'}.`);
-      out[f.name] = n;
+      // An unedited scaled value keeps its exact base (the input shows it rounded).
+      out[f.name] = f.scale ? (raw === shown(f, base[f.name]) ? base[f.name] : Math.round(n * f.scale)) : n;
     }
     for (const k of Object.keys(out)) if (out[k] === base[k]) delete out[k];
+    // Grouped fields travel in their object: only the keys changed.
+    for (const f of fields) {
+      if (!f.group || !(f.name in out)) continue;
+      out[f.group] = { ...(out[f.group] || {}), [f.key]: out[f.name] };
+      delete out[f.name];
+    }
     return out;
   }
 

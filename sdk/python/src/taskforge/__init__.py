@@ -50,6 +50,7 @@ from .types import (
     PolledTask,
     PollResult,
     Queue,
+    Retention,
     Schedule,
     Stats,
     Task,
@@ -62,7 +63,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "UNSET", "MAX_WAIT_MS", "Worker", "Job", "Handler", "DEFAULT_PREFETCH_BELOW",
-    "Queue", "Task", "Attempt", "TaskPage", "Stats", "BulkCancel", "Schedule", "NewTask", "PolledTask",
+    "Queue", "Retention", "Task", "Attempt", "TaskPage", "Stats", "BulkCancel", "Schedule", "NewTask", "PolledTask",
     "PollResult", "AckResult", "LeaseState", "LeaseResult", "WorkerInfo", "TERMINAL",
     "TaskForgeError", "APIError", "InvalidRequest", "Unauthorized", "Forbidden", "NotFound", "QueueNotFound",
     "TaskNotFound", "ScheduleNotFound", "MethodNotAllowed", "Conflict", "QueueExists", "QueueNotEmpty",

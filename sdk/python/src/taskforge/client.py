@@ -105,13 +105,17 @@ class Client:
         backoff_max_ms: int | None = None,
         paused: bool | None = None,
         priority_aging_ms: int | None = None,
+        retention: dict[str, int | None] | None = None,
     ) -> Queue:
         """Creates a queue (409 :class:`QueueExists` when the name is taken).
-        Unset settings take the server's defaults."""
+        Unset settings take the server's defaults. ``retention`` sets ages among
+        ``done_ms``, ``cancelled_ms`` and ``dead_ms`` (at least 60000, or None =
+        forever); the others follow the server's default."""
         body: dict[str, Any] = {"name": name, **{k: v for k, v in dict[str, Any](
             max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
             max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
+            retention=retention,
         ).items() if v is not None}}
         return Queue.from_json(self._t.request("POST", "/queues", body=body).body)
 
@@ -135,11 +139,15 @@ class Client:
         backoff_max_ms: int | _Unset = UNSET,
         paused: bool | _Unset = UNSET,
         priority_aging_ms: int | None | _Unset = UNSET,
+        retention: dict[str, int | None] | None | _Unset = UNSET,
     ) -> Queue:
-        """Changes the settings given; None clears an optional limit."""
+        """Changes the settings given; None clears an optional limit. ``retention``
+        changes the ages it names (None = forever) and keeps the others;
+        ``retention=None`` puts every age back to the server's default."""
         body = _fields(max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
                        max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
-                       backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms)
+                       backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
+                       retention=retention)
         return Queue.from_json(self._t.request("PATCH", f"/queues/{_q(name)}", body=body).body)
 
     def delete_queue(self, name: str) -> None:

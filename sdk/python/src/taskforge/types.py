@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 __all__ = [
     "Queue",
+    "Retention",
     "Task",
     "Attempt",
     "TaskPage",
@@ -68,11 +69,30 @@ class Queue:
     backoff_max_ms: int = 0
     paused: bool = False
     priority_aging_ms: int | None = None
+    #: How long finished tasks are kept, the server's defaults filled in.
+    retention: Retention | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Queue:
+        q = _build(cls, d)
+        if isinstance(q.retention, dict):
+            q.retention = Retention.from_json(q.retention)
+        return q
+
+
+@dataclass
+class Retention:
+    """How long a queue keeps its tasks after they finish, per final status, in
+    milliseconds; None keeps them forever."""
+
+    done_ms: int | None = None
+    cancelled_ms: int | None = None
+    dead_ms: int | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Retention:
         return _build(cls, d)
 
 
