@@ -12,7 +12,7 @@
 --   $9 int8: priority_aging_ms
 --   $10 jsonb: push
 --   $11 text: push_secret
---   $12 jsonb: retention (the queue's own settings; see migration 0018)
+--   $12 jsonb: retention (the queue's own settings; see migration 0019)
 -- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
 --   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at.
 INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,

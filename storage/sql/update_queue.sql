@@ -12,7 +12,7 @@
 --   $9 int8: the new priority_aging_ms
 --   $10 jsonb: the new push
 --   $11 text: the new push_secret
---   $12 jsonb: the new retention (the queue's own settings; see migration 0018)
+--   $12 jsonb: the new retention (the queue's own settings; see migration 0019)
 -- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
 --   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at.
 UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,

@@ -1,4 +1,4 @@
--- 0018: retention per queue. queues.retention holds what a queue sets itself, per
+-- 0019: retention per queue. queues.retention holds what a queue sets itself, per
 -- final status: {"done_ms": n, "cancelled_ms": n, "dead_ms": n}, each n a number of
 -- milliseconds (at least 60000) or null to keep that status forever; a key left out
 -- takes serve's default (--retention for done and cancelled, forever for dead). So
