@@ -1,9 +1,17 @@
 -- name: delete_workflows
--- deleteWorkflowTasks deletes every task of workflows $1 (their attempts go by
--- cascade), then the workflows (their steps and edges go by cascade).
+-- delete_workflows deletes every task of workflows $1, live (their attempts go by
+-- cascade) or in history (with their attempts' history), then the workflows (their
+-- steps and edges go by cascade).
 --
 -- Parameters:
 --   $1 uuid[]: the workflows
 -- Returns: no rows.
-WITH gone AS (DELETE FROM tasks WHERE workflow_id = ANY($1::uuid[]))
+WITH gone AS (DELETE FROM tasks WHERE workflow_id = ANY($1::uuid[])),
+old AS (
+	DELETE FROM task_history WHERE workflow_id = ANY($1::uuid[])
+	RETURNING id, status, finished_at
+), old_attempts AS (
+	DELETE FROM attempt_history a USING old
+	WHERE a.task_id = old.id AND a.task_status = old.status AND a.task_finished_at = old.finished_at
+)
 DELETE FROM workflows WHERE id = ANY($1::uuid[])

@@ -14,7 +14,7 @@
 SELECT w.id FROM workflows w
 WHERE w.status <> 'running'
 	AND w.finished_at < now() - interval '1 minute' -- no queue keeps anything shorter
-	AND NOT EXISTS (SELECT 1 FROM tasks t JOIN queues q ON q.name = t.queue
+	AND NOT EXISTS (SELECT 1 FROM all_tasks t JOIN queues q ON q.name = t.queue
 		WHERE t.workflow_id = w.id
 			AND (t.status NOT IN ('done', 'cancelled', 'dead')
 				OR NOT coalesce(t.finished_at < now() - taskforge_retention_ms(q.retention, t.status,
