@@ -366,3 +366,56 @@ func ValidGroup(name string) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:@-", r))
 	}) < 0
 }
+
+// DropFair deletes everything the buffer keeps for fair queue: every group's
+// buffer, slots and bucket, the turn structures and the queue's own keys. It scans
+// for the queue's keys (on every master of a Redis Cluster; they all live on one), so
+// it costs a pass over the keyspace: for deleting a queue, not for a hot path.
+func (b *Buffer) DropFair(ctx context.Context, queue string) error {
+	pattern := globEscape(b.fairKey(queue)) + "*"
+	drop := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 500 {
+				if err := c.Unlink(ctx, keys...).Err(); err != nil {
+					return err
+				}
+				keys = keys[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			return c.Unlink(ctx, keys...).Err()
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := b.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return drop(ctx, c) })
+	} else {
+		err = drop(ctx, b.rdb)
+	}
+	if err == nil {
+		err = b.Drop(ctx, queue)
+	}
+	if err != nil {
+		return fmt.Errorf("drop fair queue %s: %w", queue, err)
+	}
+	return nil
+}
+
+// globEscape quotes the characters SCAN MATCH treats specially.
+func globEscape(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}

@@ -314,3 +314,42 @@ func TestFairCapsHoldAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d of %d tasks went out", done, groups*perGroup)
 	}
 }
+
+// TestDropFair: dropping a fair queue leaves none of its keys and none of another
+// queue's whose name starts alike (or holds glob characters).
+func TestDropFair(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		w := buffer.LevelWeightMs(0)
+		for _, q := range []string{"q*", "q*2", "q"} {
+			for _, g := range []string{"a", "b"} {
+				if err := b.AddGrouped(ctx, q, grouped(g, 5, 3, time.Now()), w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, _, _, _, err := b.ReconcileGrouped(ctx, q, nil, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.FairPop(ctx, q, 2, ratelimit.Limits{Rate: 10, Burst: 5, MaxConcurrency: 5}, buffer.GroupLimits{MaxConcurrency: 1, Rate: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.DropFair(ctx, "q*"); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := b.Client().Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if strings.Contains(k, "{q:q*}") {
+				t.Errorf("key %s left behind", k)
+			}
+		}
+		for _, q := range []string{"q*2", "q"} {
+			if ids, groups, err := b.FairSize(ctx, q); err != nil || ids != 4 || groups != 2 {
+				t.Errorf("queue %s after dropping q*: %d ids in %d groups (%v), want 4 in 2", q, ids, groups, err)
+			}
+		}
+	})
+}

@@ -3,6 +3,7 @@ package buffer_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -103,6 +104,63 @@ func FuzzPopArguments(f *testing.F) {
 		}
 		if len(got.Entries) > limit {
 			t.Fatalf("popped %d with %+v n=%d held=%d, want at most %d", len(got.Entries), limits, n, held, limit)
+		}
+	})
+}
+
+// FuzzFairPopArguments runs the fair pop (on real Redis) with arbitrary queue and
+// group limits as FairPop encodes them: it never errors, pops no more than asked,
+// held or any limit allows, nothing from a paused queue, and no group past its cap.
+func FuzzFairPopArguments(f *testing.F) {
+	f.Add(3, 0.0, 0, 0, false, 0, 0.0, 0, 5, 2)
+	f.Add(10, 0.5, 1, 2, false, 1, 2.5, 0, 10, 3)
+	f.Add(7, 1e6, 1000000, 1, true, 3, 1e-6, 4, 3, 1)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(f)})
+	f.Cleanup(func() { _ = rdb.Close() })
+	b := buffer.New(rdb, testenv.RedisPrefix(f))
+	f.Fuzz(func(t *testing.T, n int, rate float64, burst, maxConc int, paused bool, gcap int, grate float64, gburst, held, groups int) {
+		if n < 1 || n > 100 || math.IsNaN(rate) || rate < 0 || (rate > 0 && rate < 1e-6) || rate > 1e6 || burst < 0 || burst > 1e6 ||
+			maxConc < 0 || maxConc > 1e6 || gcap < 0 || gcap > 1e6 || math.IsNaN(grate) || grate < 0 || (grate > 0 && grate < 1e-6) ||
+			grate > 1e6 || gburst < 0 || gburst > 1e6 || held < 0 || held > 50 || groups < 1 || groups > 10 {
+			t.Skip()
+		}
+		ctx := context.Background()
+		queue := uuid.NewString()
+		tasks := make([]buffer.GroupedTask, held)
+		for i := range tasks {
+			tasks[i] = buffer.GroupedTask{Group: strconv.Itoa(i % groups), Buffered: storage.Buffered{ID: uuid.New(), Priority: 1 + i%10, ScheduledAt: time.Now()}}
+		}
+		if err := b.AddGrouped(ctx, queue, tasks, buffer.LevelWeightMs(0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, err := b.ReconcileGrouped(ctx, queue, nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		limits := ratelimit.Limits{Rate: rate, Burst: max(burst, 1), MaxConcurrency: maxConc, Paused: paused}
+		gl := buffer.GroupLimits{MaxConcurrency: gcap, Rate: grate, Burst: gburst}
+		got, err := b.FairPop(ctx, queue, n, limits, gl)
+		if err != nil {
+			t.Fatalf("fair pop with %+v %+v n=%d: %v", limits, gl, n, err)
+		}
+		limit := min(n, held)
+		if maxConc > 0 {
+			limit = min(limit, maxConc)
+		}
+		if rate > 0 {
+			limit = min(limit, max(burst, 1))
+		}
+		if paused {
+			limit = 0
+		}
+		if len(got.Entries) > limit {
+			t.Fatalf("popped %d with %+v %+v n=%d held=%d, want at most %d", len(got.Entries), limits, gl, n, held, limit)
+		}
+		per := map[string]int{}
+		for _, e := range got.Entries {
+			per[e.Group]++
+			if gcap > 0 && per[e.Group] > gcap {
+				t.Fatalf("group %s got %d over its cap %d", e.Group, per[e.Group], gcap)
+			}
 		}
 	})
 }
