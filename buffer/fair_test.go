@@ -353,3 +353,52 @@ func TestDropFair(t *testing.T) {
 		}
 	})
 }
+
+// TestFairOnRedisCluster: every fair script, and DropFair, runs on a Redis Cluster,
+// for queues whose hash tags land on different masters: the per-group keys the
+// scripts build from the prefix share the queue's slot.
+func TestFairOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	rc := testenv.StartRedisCluster(t, 3)
+	addrs := make([]string, len(rc.Nodes))
+	for i, n := range rc.Nodes {
+		addrs[i] = n.Addr
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	b := buffer.New(cc, "tf")
+	ctx := context.Background()
+	w := buffer.LevelWeightMs(0)
+	for i := range 6 {
+		q := fmt.Sprintf("queue-%d", i)
+		if err := b.AddGrouped(ctx, q, append(grouped("a", 5, 3, time.Now()), grouped("b", 5, 3, time.Now())...), w); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, err := b.ReconcileGrouped(ctx, q, nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		two := 2
+		if err := b.SetGroup(ctx, q, "a", buffer.GroupSettings{Weight: &two}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.FairPop(ctx, q, 4, ratelimit.Limits{Rate: 100, Burst: 10, MaxConcurrency: 10}, buffer.GroupLimits{MaxConcurrency: 3, Rate: 50})
+		if err != nil || len(p.Entries) != 4 {
+			t.Fatalf("queue %s: pop %+v %v", q, p, err)
+		}
+		if err := b.ReleaseGroup(ctx, q, p.Entries[0].Group, p.Entries[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.RemoveGrouped(ctx, q, []buffer.GroupSlot{{Group: p.Entries[1].Group, ID: p.Entries[1].ID}}, w); err != nil {
+			t.Fatal(err)
+		}
+		if ids, groups, err := b.FairSize(ctx, q); err != nil || ids != 2 || groups == 0 {
+			t.Fatalf("queue %s: size %d ids, %d groups, %v", q, ids, groups, err)
+		}
+		if err := b.DropFair(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if ids, groups, err := b.FairSize(ctx, q); err != nil || ids != 0 || groups != 0 {
+			t.Fatalf("queue %s after drop: %d ids, %d groups, %v", q, ids, groups, err)
+		}
+	}
+}
