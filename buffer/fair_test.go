@@ -402,3 +402,55 @@ func TestFairOnRedisCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestFairSmallGroupsBesideBacklog: the scenario at the buffer: one group
+// with a backlog of 50,000 older tasks, then 100 groups enqueue 10 each. Polls of 10
+// hand out all 1,000 small-group tasks while the big group gets at most 10: each
+// small group's tasks go within one turn per task.
+func TestFairSmallGroupsBesideBacklog(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := buffer.New(rdb, testenv.RedisPrefix(t))
+	ctx := context.Background()
+	w := buffer.LevelWeightMs(0)
+	old := time.Now().Add(-time.Hour)
+	big := grouped("big", 5, 50_000, old)
+	for i := 0; i < len(big); i += 5000 {
+		if err := b.AddGrouped(ctx, "q", big[i:i+5000], w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.FairPop(ctx, "q", 10, ratelimit.Limits{}, buffer.GroupLimits{}); err != nil { // big is under way
+		t.Fatal(err)
+	}
+	var small []buffer.GroupedTask
+	for i := range 100 {
+		small = append(small, grouped(fmt.Sprintf("tenant-%03d", i), 5, 10, time.Now())...)
+	}
+	if err := b.AddGrouped(ctx, "q", small, w); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	smallOut, polls := 0, 0
+	for smallOut < len(small) {
+		p, err := b.FairPop(ctx, "q", 10, ratelimit.Limits{}, buffer.GroupLimits{})
+		if err != nil || len(p.Entries) == 0 {
+			t.Fatalf("poll %d: %+v %v", polls, p, err)
+		}
+		polls++
+		for _, e := range p.Entries {
+			if smallOut == len(small) {
+				break
+			}
+			count[e.Group]++
+			if e.Group != "big" {
+				smallOut++
+			}
+		}
+	}
+	if count["big"] > 10 {
+		t.Fatalf("the big group got %d tasks while 100 groups of 10 went out, want at most 10", count["big"])
+	}
+	t.Logf("%d polls of 10 handed out 1,000 small-group tasks and %d of the backlog's", polls, count["big"])
+}
