@@ -13,7 +13,8 @@ var taskColumnNames = []string{"id", "queue", "payload", "priority", "status", "
 	"attempts", "max_retries", "timeout_seconds", "idempotency_key", "fingerprint", "last_error",
 	"result", "claimed_by", "lease_token", "heartbeat_at", "lease_expires_at", "cancel_requested",
 	"replayed_from", "replay_count", "replayed_at", "attempt_started_at", "traceparent", "releases",
-	"progress", "created_at", "updated_at", "finished_at", "schedule", "workflow_id", "step"}
+	"progress", "created_at", "updated_at", "finished_at", "schedule", "workflow_id", "step",
+	"debounce_key", "debounced"}
 
 // endedColumnNames are the columns of a statement that ends tasks: the task, then
 // what its end did to its workflow.
@@ -29,7 +30,7 @@ func taskFields(t *Task) []any {
 		&t.ClaimedBy, &t.LeaseToken, &t.HeartbeatAt, &t.LeaseExpiresAt, &t.CancelRequested,
 		&t.ReplayedFrom, &t.ReplayCount, &t.ReplayedAt, &t.AttemptStartedAt, &t.Traceparent,
 		&t.Releases, (*[]byte)(&t.Progress), &t.CreatedAt, &t.UpdatedAt, &t.FinishedAt, &t.Schedule,
-		&t.WorkflowID, &t.Step}
+		&t.WorkflowID, &t.Step, &t.DebounceKey, &t.Debounced}
 }
 
 // endedFields are e's fields in the order of endedColumnNames.

@@ -154,6 +154,10 @@ type Task struct {
 	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
 	WorkflowID *uuid.UUID `json:"workflow_id" db:"workflow_id"`
 	Step       *string    `json:"step" db:"step"`
+	// DebounceKey is the debounce key the task was enqueued with, if any; Debounced
+	// counts the enqueues with that key that replaced it while it waited.
+	DebounceKey *string `json:"debounce_key" db:"debounce_key"`
+	Debounced   int     `json:"debounced" db:"debounced"`
 	// Effects is what the statement that ended this task (ack, nack, release,
 	// cancel) did to the rest of its workflow in the same transaction; nil when it
 	// did nothing more, and always for plain tasks and for reads.
@@ -204,12 +208,23 @@ type NewTask struct {
 	TimeoutSeconds *int
 	IdempotencyKey *string
 	Fingerprint    []byte // required when IdempotencyKey is set
+	// DebounceKey, when set, makes the enqueue replace the queue's waiting task
+	// with that key, if any (see Store.EnqueueWith), and puts the task due
+	// DebounceMs from now, never later than DebounceMaxMs (when set) from the
+	// first enqueue of the task it replaces. ScheduledAt and IdempotencyKey must
+	// then be nil, and DebounceMs ≥ 1.
+	DebounceKey   *string
+	DebounceMs    int64
+	DebounceMaxMs *int64
 }
 
 // Enqueued is the outcome of enqueuing one task.
 type Enqueued struct {
 	Task    Task
-	Created bool // false: an identical earlier request with the same idempotency key
+	Created bool // false: an identical earlier request with the same idempotency key, or Replaced
+	// Replaced: the enqueue had a debounce key, and replaced the waiting task
+	// holding it (Task, with its new fields and Debounced count).
+	Replaced bool
 }
 
 // TaskFilter selects tasks of one queue for listing. Zero fields match all.

@@ -58,6 +58,11 @@ type Task struct {
 	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
 	WorkflowID *string `json:"workflow_id"`
 	Step       *string `json:"step"`
+	// DebounceKey is the debounce key the task was enqueued with (nil: none);
+	// Debounced counts the later enqueues with that key that replaced it while it
+	// waited.
+	DebounceKey *string `json:"debounce_key"`
+	Debounced   int     `json:"debounced"`
 
 	// DiedAt is when a dead task died (the dead-letter listing only; omitted
 	// when nil).

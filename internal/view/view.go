@@ -20,7 +20,7 @@ func Task(t storage.Task) wire.Task {
 		CancelRequested: t.CancelRequested, ReplayedFrom: UUIDText(t.ReplayedFrom), ReplayCount: t.ReplayCount,
 		ReplayedAt: t.ReplayedAt, Releases: t.Releases, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		FinishedAt: t.FinishedAt, Progress: t.Progress, Schedule: t.Schedule,
-		WorkflowID: UUIDText(t.WorkflowID), Step: t.Step}
+		WorkflowID: UUIDText(t.WorkflowID), Step: t.Step, DebounceKey: t.DebounceKey, Debounced: t.Debounced}
 }
 
 // Tasks is tasks as the API shows them; never nil, so that an empty list is [].

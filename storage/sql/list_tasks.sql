@@ -19,13 +19,13 @@ SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step FROM unnest($2::text[]) AS s(wanted)
+	workflow_id, step, debounce_key, debounced FROM unnest($2::text[]) AS s(wanted)
 CROSS JOIN LATERAL (
 	SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step FROM tasks
+	workflow_id, step, debounce_key, debounced FROM tasks
 	WHERE queue = $1 AND status = s.wanted
 		AND ($3::text IS NULL OR claimed_by = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)

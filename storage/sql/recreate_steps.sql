@@ -32,4 +32,4 @@ RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retr
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step
+	workflow_id, step, debounce_key, debounced
