@@ -96,6 +96,9 @@ func toAPIError(err error) *Error {
 	case errors.Is(err, lifecycle.ErrCommitTimeout):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "PostgreSQL did not finish the commit in time; it may have taken effect; retry later"}
+	case errors.Is(err, storage.ErrDebounceContended):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the debounce key's waiting task kept changing hands; nothing was enqueued; retry"}
 	case errors.Is(err, lifecycle.ErrCommitOverloaded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "too many requests are waiting for a commit on this replica; retry later"}

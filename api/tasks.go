@@ -31,7 +31,16 @@ type enqueueRequest struct {
 	MaxRetries     *int            `json:"max_retries"`
 	TimeoutSeconds *int            `json:"timeout_seconds"`
 	IdempotencyKey *string         `json:"idempotency_key"`
+	DebounceKey    *string         `json:"debounce_key"`
+	DebounceMs     *int64          `json:"debounce_ms"`
+	DebounceMaxMs  *int64          `json:"debounce_max_ms"`
 }
+
+// Debounce bounds: the quiet period is at most a day, the cap at most 30 days.
+const (
+	maxDebounceMs    = 86_400_000
+	maxDebounceMaxMs = 30 * maxDebounceMs
+)
 
 type batchRequest struct {
 	Tasks []enqueueRequest `json:"tasks"`
@@ -66,6 +75,9 @@ func (s *Server) toNewTask(queue string, r enqueueRequest) (storage.NewTask, err
 		utc := r.ScheduledAt.UTC()
 		t.ScheduledAt = &utc
 	}
+	if err := debounce(&t, r); err != nil {
+		return t, err
+	}
 	if r.IdempotencyKey != nil {
 		if k := *r.IdempotencyKey; k == "" || len(k) > 255 {
 			return t, invalid("idempotency_key must be 1 to 255 characters")
@@ -82,6 +94,35 @@ func (s *Server) toNewTask(queue string, r enqueueRequest) (storage.NewTask, err
 	}
 	t.ID = id
 	return t, nil
+}
+
+// debounce validates r's debounce fields and sets them on t: a key (1..255
+// characters) goes with debounce_ms (1..86,400,000) and optionally debounce_max_ms
+// (debounce_ms..30 days), and with neither an idempotency key nor a scheduled_at
+// (the debounce decides when the task is due).
+func debounce(t *storage.NewTask, r enqueueRequest) error {
+	if r.DebounceKey == nil {
+		if r.DebounceMs != nil || r.DebounceMaxMs != nil {
+			return invalid("debounce_ms and debounce_max_ms go with a debounce_key")
+		}
+		return nil
+	}
+	switch k := *r.DebounceKey; {
+	case k == "" || len(k) > 255:
+		return invalid("debounce_key must be 1 to 255 characters")
+	case r.DebounceMs == nil:
+		return invalid("debounce_key needs debounce_ms, the quiet period in milliseconds")
+	case *r.DebounceMs < 1 || *r.DebounceMs > maxDebounceMs:
+		return invalid("debounce_ms must be an integer from 1 to %d", maxDebounceMs)
+	case r.DebounceMaxMs != nil && (*r.DebounceMaxMs < *r.DebounceMs || *r.DebounceMaxMs > maxDebounceMaxMs):
+		return invalid("debounce_max_ms must be an integer from debounce_ms (%d) to %d", *r.DebounceMs, maxDebounceMaxMs)
+	case r.IdempotencyKey != nil:
+		return invalid("debounce_key and idempotency_key exclude each other: a debounce replaces the waiting task, an idempotency key keeps it")
+	case r.ScheduledAt != nil:
+		return invalid("debounce_key and scheduled_at exclude each other: the task is due debounce_ms after the last enqueue")
+	}
+	t.DebounceKey, t.DebounceMs, t.DebounceMaxMs = r.DebounceKey, *r.DebounceMs, r.DebounceMaxMs
+	return nil
 }
 
 // fingerprint is the SHA-256 of the canonical request: queue, payload (keys sorted,
@@ -135,7 +176,7 @@ func (s *Server) enqueue(c *gin.Context) {
 		return
 	}
 	status := http.StatusCreated
-	if !out[0].Created {
+	if !out[0].Created { // an idempotent repeat, or a debounce that replaced the waiting task
 		status = http.StatusOK
 	}
 	c.JSON(status, view.Task(out[0].Task))

@@ -104,6 +104,7 @@ var (
 	deleteQueue              = mustLoad("delete_queue")
 	enqueueTasks             = mustLoad("enqueue_tasks")
 	enqueueTaskRefs          = mustLoad("enqueue_task_refs")
+	enqueueDebounced         = mustLoad("enqueue_debounced")
 	tasksByIdempotencyKey    = mustLoad("tasks_by_idempotency_key")
 	notifyDue                = mustLoad("notify_due")
 	getTask                  = mustLoad("get_task")

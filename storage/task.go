@@ -16,7 +16,11 @@ import (
 
 // Enqueue inserts tasks into queue, all or nothing, and wakes the dispatchers. Every task records traceparent (the enqueue's trace context), if any. A task whose idempotency key the queue already holds is not inserted:
 // when the stored fingerprint matches, the stored task is returned with Created
-// false; otherwise the whole batch fails with an *IdempotencyConflictError.
+// false; otherwise the whole batch fails with an *IdempotencyConflictError. A task
+// with a debounce key replaces the queue's task holding that key while that one is
+// pending, never attempted and not yet due (Replaced: the same id, the new payload,
+// priority, budget and due time, Debounced + 1); otherwise it is inserted, due
+// DebounceMs from now.
 func (s *Store) Enqueue(ctx context.Context, queue string, tasks []NewTask, traceparent *string) ([]Enqueued, error) {
 	return s.EnqueueWith(ctx, queue, tasks, EnqueueOptions{Traceparent: traceparent})
 }
@@ -44,14 +48,17 @@ type EnqueueOptions struct {
 func (s *Store) EnqueueWith(ctx context.Context, queue string, tasks []NewTask, opts EnqueueOptions) ([]Enqueued, error) {
 	var out []Enqueued
 	var err error
-	if slices.ContainsFunc(tasks, func(t NewTask) bool { return t.IdempotencyKey != nil }) {
+	switch {
+	case hasDebounce(tasks):
+		out, err = s.enqueueWithDebounce(ctx, queue, tasks, opts)
+	case slices.ContainsFunc(tasks, func(t NewTask) bool { return t.IdempotencyKey != nil }):
 		// A key already taken is matched against its holder in the same transaction,
 		// so that a conflict fails the whole batch.
 		err = pgx.BeginFunc(ctx, s.hot, func(tx pgx.Tx) error {
 			out, err = s.enqueueTx(ctx, tx, queue, tasks, opts, nil)
 			return err
 		})
-	} else {
+	default:
 		// Without keys every task is inserted or none is: the statement alone is the
 		// transaction, one round trip with its commit.
 		out, err = s.insertTasks(ctx, s.hot, queue, tasks, opts, nil)

@@ -23,7 +23,9 @@ import (
 // buffer when Config.BufferTarget allows (bufferDirectly, then toBuffer), saving the
 // dispatcher's hop and commit; for the others, the statement's NOTIFY tells the
 // dispatchers, and with Config.WakeOnEnqueue, this replica's dispatcher is also told
-// directly.
+// directly. A task with a debounce key is always pending, due later: it replaces
+// the queue's waiting task with that key (Enqueued.Replaced) or is created; either
+// way the dispatchers hear of its due time.
 func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.NewTask, withTasks bool) ([]storage.Enqueued, error) {
 	ctx, span := l.tel.StartSpan(ctx, "taskforge.enqueue",
 		attribute.String("taskforge.queue", queue), attribute.Int("taskforge.tasks", len(tasks)))
@@ -38,6 +40,11 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 	pending := false
 	var buffered []storage.Buffered
 	for _, e := range out {
+		if e.Replaced {
+			// A debounce replaced a waiting task: it stays pending, due at a new time.
+			pending = true
+			continue
+		}
 		if !e.Created {
 			continue
 		}
@@ -73,7 +80,7 @@ const maxBufferDirectly = 100
 // dispatcher has yet to move: see storage.EnqueueOptions.Buffered).
 func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []storage.NewTask) (ratelimit.Limits, bool) {
 	if l.cfg.BufferTarget <= 0 || len(tasks) > maxBufferDirectly ||
-		slices.ContainsFunc(tasks, func(t storage.NewTask) bool { return t.ScheduledAt != nil }) {
+		slices.ContainsFunc(tasks, func(t storage.NewTask) bool { return t.ScheduledAt != nil || t.DebounceKey != nil }) {
 		return ratelimit.Limits{}, false
 	}
 	limits, ok, err := l.limits.Get(ctx, queue)
