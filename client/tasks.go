@@ -30,7 +30,23 @@ type NewTask struct {
 	// request returns the task created first; with a different request it fails
 	// with ErrIdempotencyConflict.
 	IdempotencyKey string
+	// DebounceKey makes the enqueue replace the queue's task waiting with the same
+	// key (pending, never attempted, not yet due): the same task takes this
+	// payload, priority, budget and timeout, is due Debounce from now (never
+	// later than DebounceMax after its first enqueue, when DebounceMax is set),
+	// and its Debounced count grows by one. Without such a task, a new one is
+	// created, due Debounce from now. Excludes IdempotencyKey and ScheduledAt.
+	DebounceKey string
+	// Debounce is the quiet period (rounded up to whole milliseconds), required
+	// with DebounceKey.
+	Debounce time.Duration
+	// DebounceMax bounds how long a task waits from its first enqueue (rounded up
+	// to whole milliseconds); zero means no bound.
+	DebounceMax time.Duration
 }
+
+// roundUpMs is d in whole milliseconds, rounded up.
+func roundUpMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // MarshalJSON encodes t as the API's enqueue body.
 func (t NewTask) MarshalJSON() ([]byte, error) {
@@ -49,7 +65,11 @@ func (t NewTask) MarshalJSON() ([]byte, error) {
 		MaxRetries     *int            `json:"max_retries,omitempty"`
 		TimeoutSeconds int64           `json:"timeout_seconds,omitempty"`
 		IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	}{Payload: payload, Priority: t.Priority, MaxRetries: t.MaxRetries, IdempotencyKey: t.IdempotencyKey}
+		DebounceKey    string          `json:"debounce_key,omitempty"`
+		DebounceMs     int64           `json:"debounce_ms,omitempty"`
+		DebounceMaxMs  int64           `json:"debounce_max_ms,omitempty"`
+	}{Payload: payload, Priority: t.Priority, MaxRetries: t.MaxRetries, IdempotencyKey: t.IdempotencyKey,
+		DebounceKey: t.DebounceKey, DebounceMs: roundUpMs(t.Debounce), DebounceMaxMs: roundUpMs(t.DebounceMax)}
 	if !t.ScheduledAt.IsZero() {
 		at := t.ScheduledAt.UTC()
 		body.ScheduledAt = &at
@@ -61,7 +81,9 @@ func (t NewTask) MarshalJSON() ([]byte, error) {
 }
 
 // Enqueue adds one task to queue and returns it. With an IdempotencyKey already
-// used by the same request it returns the existing task as it is now.
+// used by the same request it returns the existing task as it is now; with a
+// DebounceKey whose task is still waiting, that task as this enqueue replaced it
+// (Debounced > 0).
 func (c *Client) Enqueue(ctx context.Context, queue string, t NewTask) (*Task, error) {
 	var out Task
 	if _, _, err := c.do(ctx, http.MethodPost, "/queues/"+esc(queue)+"/tasks", nil, t, &out); err != nil {

@@ -34,6 +34,9 @@ type enqueueFlags struct {
 	maxRetries     int
 	timeout        time.Duration
 	idempotencyKey string
+	debounceKey    string
+	debounce       time.Duration
+	debounceMax    time.Duration
 	batchSize      int
 }
 
@@ -45,6 +48,9 @@ type fileTask struct {
 	MaxRetries     *int            `json:"max_retries"`
 	TimeoutSeconds *int            `json:"timeout_seconds"`
 	IdempotencyKey *string         `json:"idempotency_key"`
+	DebounceKey    *string         `json:"debounce_key"`
+	DebounceMs     *int64          `json:"debounce_ms"`
+	DebounceMaxMs  *int64          `json:"debounce_max_ms"`
 }
 
 func taskEnqueueCommand(o *cliOptions) *cobra.Command {
@@ -61,7 +67,11 @@ Blank lines are skipped. The whole file is checked before anything is sent, then
 it is sent in batches of --batch-size (at most 1000); each batch is all or nothing.
 With --file, --priority, --delay/--at, --max-retries and --timeout give defaults
 for lines that do not set them. Idempotency keys make a re-run after a partial
-failure safe.`,
+failure safe.
+
+With --debounce-key K --debounce 30s, the task replaces the queue's task still
+waiting with key K (same id, this payload, due 30s from now; --debounce-max caps
+how long it waits from its first enqueue), or is created due 30s from now.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
@@ -83,6 +93,7 @@ failure safe.`,
 			}
 			tmpl.Payload = json.RawMessage(f.payload)
 			tmpl.IdempotencyKey = f.idempotencyKey
+			tmpl.DebounceKey = f.debounceKey
 			t, err := callFor(o, cmd, func(ctx context.Context) (*client.Task, error) {
 				return c.Enqueue(ctx, args[0], tmpl)
 			})
@@ -104,6 +115,9 @@ failure safe.`,
 	fs.IntVar(&f.maxRetries, "max-retries", 0, "override the queue's retry budget")
 	fs.DurationVar(&f.timeout, "timeout", 0, "time limit of one attempt (whole seconds)")
 	fs.StringVar(&f.idempotencyKey, "idempotency-key", "", "repeat-safe key: the same key and request return the first task")
+	fs.StringVar(&f.debounceKey, "debounce-key", "", "replace the queue's task waiting with this key, or create one (needs --debounce)")
+	fs.DurationVar(&f.debounce, "debounce", 0, "with --debounce-key: the quiet period after which the task is due")
+	fs.DurationVar(&f.debounceMax, "debounce-max", 0, "with --debounce-key: the longest the task waits from its first enqueue")
 	fs.IntVar(&f.batchSize, "batch-size", client.MaxBatch, "tasks per request with --file (1..1000)")
 	return cmd
 }
@@ -119,6 +133,12 @@ func (f *enqueueFlags) template(cmd *cobra.Command) (client.NewTask, error) {
 		return t, usagef("--payload and --file exclude each other")
 	case f.file != "" && changed("idempotency-key"):
 		return t, usagef("--idempotency-key goes with --payload; in a file, set idempotency_key per line")
+	case f.file != "" && changed("debounce-key"):
+		return t, usagef("--debounce-key goes with --payload; in a file, set debounce_key per line")
+	case (changed("debounce") || changed("debounce-max")) && !changed("debounce-key"):
+		return t, usagef("--debounce and --debounce-max go with --debounce-key (in a file, set debounce_ms per line)")
+	case changed("debounce-key") && (changed("delay") || changed("at") || changed("idempotency-key")):
+		return t, usagef("--debounce-key excludes --delay, --at and --idempotency-key: the debounce decides when the task is due")
 	case changed("delay") && changed("at"):
 		return t, usagef("--delay and --at exclude each other")
 	case f.batchSize < 1 || f.batchSize > client.MaxBatch:
@@ -133,6 +153,7 @@ func (f *enqueueFlags) template(cmd *cobra.Command) (client.NewTask, error) {
 	if changed("timeout") {
 		t.Timeout = f.timeout
 	}
+	t.Debounce, t.DebounceMax = f.debounce, f.debounceMax
 	if changed("delay") {
 		t.ScheduledAt = time.Now().Add(f.delay)
 	}
@@ -185,6 +206,15 @@ func readTaskFile(r io.Reader, name string, tmpl client.NewTask) ([]client.NewTa
 		}
 		if ft.IdempotencyKey != nil {
 			t.IdempotencyKey = *ft.IdempotencyKey
+		}
+		if ft.DebounceKey != nil {
+			t.DebounceKey = *ft.DebounceKey
+		}
+		if ft.DebounceMs != nil {
+			t.Debounce = time.Duration(*ft.DebounceMs) * time.Millisecond
+		}
+		if ft.DebounceMaxMs != nil {
+			t.DebounceMax = time.Duration(*ft.DebounceMaxMs) * time.Millisecond
 		}
 		tasks = append(tasks, t)
 	}
@@ -260,6 +290,8 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"replayed_from", fmtPtr(t.ReplayedFrom)},
 		{"replay_count", strconv.Itoa(t.ReplayCount)},
 		{"schedule", fmtPtr(t.Schedule)},
+		{"debounce_key", fmtPtr(t.DebounceKey)},
+		{"debounced", strconv.Itoa(t.Debounced)},
 		{"created_at", fmtTime(t.CreatedAt)},
 		{"finished_at", fmtTimePtr(t.FinishedAt)},
 	})

@@ -93,6 +93,24 @@ def test_enqueue_batch_get_list_cancel(client: taskforge.Client, queue: str) -> 
     assert bc.cancelled == 3
 
 
+def test_debounce_replaces_the_waiting_task(client: taskforge.Client, queue: str) -> None:
+    a = client.enqueue(queue, {"rev": 1}, debounce_key="doc-1", debounce_ms=60_000)
+    assert a.status == "pending" and a.debounce_key == "doc-1" and a.debounced == 0
+    assert a.scheduled_at is not None and a.created_at is not None
+    assert a.scheduled_at - a.created_at == timedelta(minutes=1)
+    b = client.enqueue(queue, {"rev": 2}, priority=1, debounce_key="doc-1", debounce_ms=60_000,
+                       debounce_max_ms=600_000)
+    assert b.id == a.id and b.debounced == 1 and b.payload == {"rev": 2} and b.priority == 1
+    c, d = client.enqueue_batch(queue, [taskforge.NewTask(payload=3, debounce_key="doc-1", debounce_ms=1_000),
+                                        taskforge.NewTask(payload=4)])
+    assert c.id == a.id and c.debounced == 2 and d.debounce_key is None
+    assert client.get_task(queue, a.id).debounced == 2
+    with pytest.raises(taskforge.InvalidRequest):
+        client.enqueue(queue, 5, debounce_key="doc-1")
+    with pytest.raises(taskforge.InvalidRequest):
+        client.enqueue(queue, 5, debounce_key="doc-1", debounce_ms=1_000, idempotency_key="i")
+
+
 def test_get_task_wait_returns_when_the_task_finishes(client: taskforge.Client, queue: str) -> None:
     t = client.enqueue(queue, {"x": 1})
     # A wait that ends before the task does: a 200 with the unfinished task.

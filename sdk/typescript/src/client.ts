@@ -206,7 +206,9 @@ export class Client {
 
   /**
    * Enqueues one task. With an idempotency key, the same request returns the
-   * task it created before; a different one throws `idempotency_conflict`.
+   * task it created before; a different one throws `idempotency_conflict`. With a
+   * debounce key, it returns the waiting task it replaced (`debounced` > 0), or
+   * the task it created.
    * `traceparent` (W3C trace context) joins the enqueue to the caller's trace.
    */
   enqueue(queue: string, task: NewTask, o: CallOptions & { traceparent?: string } = {}): Promise<Task> {

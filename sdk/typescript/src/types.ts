@@ -112,6 +112,10 @@ export interface Task {
   progress: unknown;
   /** The schedule whose tick created the task; null when enqueued directly. */
   schedule: string | null;
+  /** The debounce key the task was enqueued with; null for none. */
+  debounce_key: string | null;
+  /** How many later enqueues with its debounce key replaced the task while it waited. */
+  debounced: number;
   died_at?: string;
   attempt_history?: Attempt[];
 }
@@ -129,6 +133,18 @@ export interface NewTask {
   timeout_seconds?: number;
   /** 1..255 characters: the same key with the same request returns the same task. */
   idempotency_key?: string;
+  /**
+   * 1..255 characters: while the queue's task with this key is pending, never
+   * attempted and not yet due, the enqueue replaces it (same id; this payload,
+   * priority, budget and timeout; due `debounce_ms` from now, never past its first
+   * enqueue + `debounce_max_ms`; `debounced` + 1); otherwise it creates a task due
+   * `debounce_ms` from now. Excludes `idempotency_key` and `scheduled_at`.
+   */
+  debounce_key?: string;
+  /** 1..86,400,000: the quiet period in ms; required with `debounce_key`. */
+  debounce_ms?: number;
+  /** ≥ `debounce_ms` (≤ 30 days): the longest a task waits from its first enqueue, in ms. */
+  debounce_max_ms?: number;
 }
 
 /** One page of a task listing; `next_cursor` is null on the last page. */

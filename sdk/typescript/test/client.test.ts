@@ -103,6 +103,27 @@ test("tasks: enqueue, idempotency, batch, get with wait, list, cancel, bulk canc
   await rejectsWith(client.listTasks(q, { limit: 501 }), "invalid_request", 400);
 });
 
+test("debounce: a second enqueue with the key replaces the waiting task; bad combinations are invalid_request", async () => {
+  const q = await freshQueue("debounce");
+  const a = await client.enqueue(q, { payload: { rev: 1 }, debounce_key: "doc-1", debounce_ms: 60_000 });
+  assert.equal(a.status, "pending");
+  assert.equal(a.debounce_key, "doc-1");
+  assert.equal(a.debounced, 0);
+  assert.equal(Date.parse(a.scheduled_at) - Date.parse(a.created_at), 60_000);
+  const b = await client.enqueue(q, { payload: { rev: 2 }, priority: 1, debounce_key: "doc-1", debounce_ms: 60_000, debounce_max_ms: 600_000 });
+  assert.equal(b.id, a.id);
+  assert.equal(b.debounced, 1);
+  assert.deepEqual(b.payload, { rev: 2 });
+  const [c, d] = await client.enqueueBatch(q, [{ payload: 3, debounce_key: "doc-1", debounce_ms: 1_000 }, { payload: 4 }]);
+  assert.equal(c!.id, a.id);
+  assert.equal(c!.debounced, 2);
+  assert.equal(d!.debounce_key, null);
+  assert.equal((await client.getTask(q, a.id)).debounced, 2);
+  await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1" }), "invalid_request", 400);
+  await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1", debounce_ms: 1_000, idempotency_key: "i" }), "invalid_request", 400);
+  await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1", debounce_ms: 1_000, debounce_max_ms: 999 }), "invalid_request", 400);
+});
+
 test("minimal answers: enqueueBatchMinimal returns the ids in order; ackBatchMinimal acks without tasks, a stale lease is lease_lost", async () => {
   const q = await freshQueue("minimal");
   // A client that records each batch request's Prefer header and the answer's Preference-Applied.

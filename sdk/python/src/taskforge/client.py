@@ -178,12 +178,18 @@ class Client:
         max_retries: int | None = None,
         timeout_seconds: int | None = None,
         idempotency_key: str | None = None,
+        debounce_key: str | None = None,
+        debounce_ms: int | None = None,
+        debounce_max_ms: int | None = None,
         traceparent: str | None = None,
     ) -> Task:
         """Enqueues one task. The same ``idempotency_key`` with the same request
-        returns the existing task; with a different one, :class:`IdempotencyConflict`."""
+        returns the existing task; with a different one, :class:`IdempotencyConflict`.
+        With a ``debounce_key`` (see :class:`NewTask`) it returns the waiting task it
+        replaced (``debounced`` > 0), or the task it created."""
         nt = NewTask(payload=payload, priority=priority, scheduled_at=scheduled_at, max_retries=max_retries,
-                     timeout_seconds=timeout_seconds, idempotency_key=idempotency_key)
+                     timeout_seconds=timeout_seconds, idempotency_key=idempotency_key, debounce_key=debounce_key,
+                     debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms)
         headers = {"traceparent": traceparent} if traceparent else None
         return Task.from_json(self._t.request("POST", f"/queues/{_q(queue)}/tasks", body=nt.to_json(),
                                               headers=headers).body)

@@ -145,6 +145,8 @@ class Task:
     died_at: datetime | None = None
     progress: Any = None
     schedule: str | None = None
+    debounce_key: str | None = None
+    debounced: int = 0
     attempt_history: list[Attempt] = field(default_factory=list)
 
     @property
@@ -219,7 +221,14 @@ class Schedule:
 class NewTask:
     """An enqueue request. Unset fields take the server's defaults (priority 5,
     the queue's max_retries, no timeout, due now). ``scheduled_at`` is a datetime
-    (aware) or an RFC 3339 string."""
+    (aware) or an RFC 3339 string.
+
+    ``debounce_key`` (with ``debounce_ms``, and optionally ``debounce_max_ms``):
+    while the queue's task with that key is pending, never attempted and not yet
+    due, the enqueue replaces it (same id; this payload, priority, budget and
+    timeout; due ``debounce_ms`` from now, never past its first enqueue +
+    ``debounce_max_ms``; ``debounced`` + 1); otherwise it creates a task due
+    ``debounce_ms`` from now. It excludes ``idempotency_key`` and ``scheduled_at``."""
 
     payload: Any = None
     priority: int | None = None
@@ -227,6 +236,9 @@ class NewTask:
     max_retries: int | None = None
     timeout_seconds: int | None = None
     idempotency_key: str | None = None
+    debounce_key: str | None = None
+    debounce_ms: int | None = None
+    debounce_max_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"payload": self.payload}
@@ -241,6 +253,9 @@ class NewTask:
             body["timeout_seconds"] = self.timeout_seconds
         if self.idempotency_key is not None:
             body["idempotency_key"] = self.idempotency_key
+        for name in ("debounce_key", "debounce_ms", "debounce_max_ms"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         return body
 
 
