@@ -15,8 +15,8 @@
 --
 -- The new columns have constant defaults (no table rewrite). The index is partial on
 -- a column that is false in every existing row: building it reads tasks once under a
--- SHARE lock, which holds enqueues back for that read (about a second per million
--- rows on a laptop's disk); nothing else waits.
+-- SHARE lock, which holds enqueues back for that read (tasks holds unfinished work
+-- only once 0018's mover has run); nothing else waits.
 --
 -- task_history keeps the columns of tasks, in the same order (0018), so both tables
 -- gain them, and all_tasks is re-created to show them (a view's * is expanded when
