@@ -1,4 +1,4 @@
--- 0019: debounce (enqueue_debounced).
+-- 0020: debounce (enqueue_debounced).
 --
 -- A task enqueued with a debounce key carries it for good (debounce_key, shown on the
 -- task), counts the enqueues that replaced it (debounced), and, while it may still be
