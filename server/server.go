@@ -125,6 +125,10 @@ type Config struct {
 	// TestSignals, when set, hears of every step of the replica's background loops
 	// (tests wait on them instead of sleeping); nil in production.
 	TestSignals *TestSignals
+	// Clock, when set, is the time the replica's lease and due-time statements run
+	// at instead of the database's now() (storage.WithClock), so that a test moves
+	// leases to their expiry instead of waiting for it; nil in production.
+	Clock func() time.Time
 }
 
 // TestSignals carry what a replica's background loops did to a test (package
@@ -310,6 +314,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// A queue's retention leaves out what serve's --retention sets (done and
 	// cancelled; dead tasks are kept forever unless the queue says otherwise).
 	storeOpts = append(storeOpts, storage.WithRetentionDefaults(storage.DefaultRetention(cmp.Or(cfg.Retention, storage.DefaultDoneRetention))))
+	if cfg.Clock != nil {
+		storeOpts = append(storeOpts, storage.WithClock(cfg.Clock))
+	}
 	s.Store = storage.New(pool, storeOpts...)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
