@@ -14,6 +14,7 @@ import (
 	"github.com/taskforge/taskforge/client"
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/server"
+	"github.com/taskforge/taskforge/watchdog"
 )
 
 // gate is a handler for prefetch tests. A task whose payload is "quick" returns at
@@ -116,7 +117,11 @@ func currentTasks(t *testing.T, c *client.Client, workerID string) []string {
 func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 	t.Parallel()
 	const lease = shortLease
-	_, c := setup(t, shortLeases)
+	clock := &testenv.Clock{} // the database's clock until set
+	srv, c := setup(t, func(cfg *server.Config) {
+		shortLeases(cfg)
+		cfg.Clock, cfg.WatchdogInterval = clock.Now, 50*time.Millisecond
+	})
 	ctx := context.Background()
 	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
 	g, _ := startGated(t, c, workerConfig("w-prefetch", 1))
@@ -130,9 +135,31 @@ func TestWorkerPrefetchesWhileHandlersRunShort(t *testing.T) {
 	if got := currentTasks(t, c, "w-prefetch"); !slices.Contains(got, next) {
 		t.Fatalf("the worker holds %v, want the held task and the next one %s", got, next)
 	}
-	// The prefetched task waits past two lease lengths: heartbeats keep it.
-	deadline := time.Now().Add(2*lease + 200*time.Millisecond)
-	testenv.Elapse(time.Until(deadline)) // two leases of the server's real clock: the heartbeats must outlast them
+	// The prefetched task waits past two lease lengths of the server's clock, which
+	// the test moves half a lease at a time: after each move the worker's
+	// heartbeats (every quarter lease of its own, real, clock) must extend both
+	// leases before the watchdog sweeps, and no sweep may reclaim anything.
+	checkSweep := func(sw watchdog.Sweep) {
+		t.Helper()
+		if sw.Reclaimed != 0 || sw.Err != nil {
+			t.Fatalf("a watchdog sweep reclaimed %d leases (%v) while heartbeats kept them", sw.Reclaimed, sw.Err)
+		}
+	}
+	clock.Set(time.Now())
+	isBeat := func(step string) bool { return strings.HasPrefix(step, client.EventHeartbeat.String()) }
+	for range 4 {
+		clock.Advance(lease / 2)
+		g.steps.Drain()
+		for range 2 { // the second surely began after the move
+			g.steps.WaitFor(t, "a heartbeat round after the server's clock moved", isBeat)
+		}
+		for sweeps := srv.Signals.WatchdogSweep.C(); len(sweeps) > 0; { // those since the last check
+			checkSweep(<-sweeps)
+		}
+		for range 2 { // the second surely began after the heartbeat
+			checkSweep(srv.Signals.WatchdogSweep.WaitOrTimeout(t, "a watchdog sweep"))
+		}
+	}
 	if g.hasStarted(next) {
 		t.Fatal("the prefetched task started while the only slot was taken")
 	}
