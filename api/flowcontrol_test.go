@@ -21,9 +21,30 @@ import (
 
 // drainers are the pollers drain runs.
 type drainers struct {
-	wg    sync.WaitGroup
-	acked atomic.Int64
-	acks  testsignal.Signal[int64] // every ack, with the count so far
+	wg     sync.WaitGroup
+	acked  atomic.Int64
+	acks   testsignal.Signal[int64] // every ack, with the count so far
+	claims testsignal.Signal[int]   // every poll that claimed tasks, with how many
+	epoch  atomic.Int64             // a test's mark, read by each round as it begins
+	rounds testsignal.Signal[round] // every round (a poll and its acks) done
+}
+
+// round is one poll of a drainer and the acks of what it claimed.
+type round struct {
+	worker int   // the drainer's index
+	epoch  int64 // drainers.epoch when the round began
+}
+
+// waitRoundsSince waits until every one of n drainers has done a round that began
+// at epoch or later.
+func (d *drainers) waitRoundsSince(t *testing.T, n int, epoch int64, what string) {
+	t.Helper()
+	done := map[int]bool{}
+	for len(done) < n {
+		if r := d.rounds.WaitOrTimeout(t, what); r.epoch >= epoch {
+			done[r.worker] = true
+		}
+	}
 }
 
 // waitAcked waits until the drainers have acked n tasks in all. It fails only when
@@ -41,6 +62,8 @@ func (d *drainers) waitAcked(t *testing.T, n int64, what string) {
 func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, maxTasks int, hold time.Duration) *drainers {
 	d := &drainers{}
 	d.acks.Init()
+	d.claims.Init()
+	d.rounds.Init()
 	wg, acked := &d.wg, &d.acked
 	for i := 0; i < n; i++ {
 		wg.Add(1)
@@ -49,6 +72,7 @@ func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, ma
 			base := urls[i%len(urls)]
 			worker := fmt.Sprintf("w%d", i)
 			for ctx.Err() == nil {
+				epoch := d.epoch.Load()
 				var out struct {
 					Tasks []testserver.Polled `json:"tasks"`
 				}
@@ -60,6 +84,9 @@ func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, ma
 					continue
 				}
 				resp.JSON(t, &out)
+				if len(out.Tasks) > 0 {
+					d.claims.Signal(len(out.Tasks))
+				}
 				for _, p := range out.Tasks {
 					testenv.Elapse(hold) // the work
 					if r := testserver.Do(t, base, "POST", "/workers/ack", map[string]any{
@@ -67,6 +94,7 @@ func drain(ctx context.Context, t *testing.T, urls []string, queue string, n, ma
 						d.acks.Signal(acked.Add(1))
 					}
 				}
+				d.rounds.Signal(round{worker: i, epoch: epoch})
 			}
 		}()
 	}
@@ -257,22 +285,6 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	phase := "steady"
 	peak := map[string]int{}
 	sampler := dbConn(t, a.Config.DatabaseURL)
-	sampled := make(chan struct{})
-	// Stop the sampler before its connection closes, even when the test fails early
-	// (cleanups run last registered first).
-	t.Cleanup(func() { cancel(); <-sampled })
-	go func() { // sample executing tasks from PostgreSQL throughout
-		defer close(sampled)
-		for ctx.Err() == nil {
-			var n int
-			if err := sampler.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'executing'`).Scan(&n); err == nil {
-				mu.Lock()
-				peak[phase] = max(peak[phase], n)
-				mu.Unlock()
-			}
-			testenv.Elapse(5 * time.Millisecond) // the sampling period
-		}
-	}()
 	setPhase := func(p string) { mu.Lock(); phase = p; mu.Unlock() }
 
 	// A worker that dies holding a slot: it takes one task and never answers.
@@ -280,14 +292,39 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	for len(crashed) == 0 {
 		crashed = a.Poll("doomed", []string{"q"}, 1, 2000)
 	}
-	d := drain(ctx, t, []string{a.URL, b.URL}, "q", 16, 10, 10*time.Millisecond)
+	const drainerCount = 16
+	d := drain(ctx, t, []string{a.URL, b.URL}, "q", drainerCount, 10, 10*time.Millisecond)
+	sampled := make(chan struct{})
+	// Stop the sampler before its connection closes, even when the test fails early
+	// (cleanups run last registered first).
+	t.Cleanup(func() { cancel(); <-sampled })
+	go func() { // sample executing tasks from PostgreSQL after every claim: when the count rises
+		defer close(sampled)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.claims.C():
+			}
+			var n int
+			if err := sampler.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'executing'`).Scan(&n); err == nil {
+				mu.Lock()
+				peak[phase] = max(peak[phase], n)
+				mu.Unlock()
+			}
+		}
+	}()
 	d.waitAcked(t, 60, "progress")
 
 	setPhase("flush")
 	if err := a.Redis.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Elapse(time.Second) // the transition window after losing every slot, excluded from the peaks
+	// The transition after losing every slot, excluded from the peaks: claims in
+	// flight at the flush took slots the flush then lost. It is over once every
+	// drainer has done a whole round (its poll, whose first pop rebuilds the slots,
+	// and its acks) that began after the flush.
+	d.waitRoundsSince(t, drainerCount, d.epoch.Add(1), "a round of every drainer after the flush")
 	setPhase("healed")
 	testserver.Eventually(t, 90*time.Second, "all done", func() bool {
 		var done int
