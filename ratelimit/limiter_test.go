@@ -88,7 +88,7 @@ func TestBucketMatchesModelOnRedis(t *testing.T) {
 		// The bucket reads Redis's TIME, which no test can set: only real time moves it.
 		checkBucket(rt, b, func(rt *rapid.T) {
 			if rapid.IntRange(0, 4).Draw(rt, "nap") == 0 {
-				time.Sleep(time.Duration(rapid.IntRange(1, 15).Draw(rt, "nap_ms")) * time.Millisecond)
+				time.Sleep(time.Duration(rapid.IntRange(1, 15).Draw(rt, "nap_ms")) * time.Millisecond) // Redis TIME moves only with real time: no signal or clock serves
 			}
 		})
 	})
