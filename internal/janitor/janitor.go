@@ -3,9 +3,12 @@ package janitor
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskforge/taskforge/storage"
 )
@@ -27,6 +30,14 @@ type Config struct {
 	// BatchTimeout bounds each batch's transaction on the server (statement_timeout
 	// and lock_timeout). Defaults to 5s.
 	BatchTimeout time.Duration
+	// DaysAhead is how many days after today always have their history
+	// partitions, created by every sweep. Defaults to 3 (at least 2).
+	DaysAhead int
+	// DetachLockTimeout bounds how long taking an expired day out of history waits
+	// for the history tables' locks, which every move into history (an ack, a
+	// nack, a cancel) takes too: a move waits at most that long behind it. A day
+	// that cannot get them is tried again at the next sweep. Defaults to 500ms.
+	DetachLockTimeout time.Duration
 	// OnSweep, when set, hears of every sweep Run makes, after it (tests use it to
 	// wait for a sweep instead of sleeping). It runs on Run's goroutine.
 	OnSweep func(Sweep)
@@ -36,6 +47,20 @@ type Config struct {
 type Sweep struct {
 	Deleted int   // rows deleted, as SweepOnce counts them
 	Err     error // what ended it early, if anything
+	// History is what the sweep did to task history.
+	History History
+}
+
+// History is what one sweep did to task history, and the history it left.
+type History struct {
+	At                time.Time            // when the sweep started
+	Took              time.Duration        // how long the sweep took
+	PartitionsCreated int                  // day partitions created ahead (or for rows in a default)
+	Dropped           []storage.HistoryDay // days dropped whole, each with the tasks it held
+	RowsDropped       int64                // their tasks, in all
+	BatchDeleted      int64                // tasks deleted in batches (a shorter retention, or not yet in history)
+	Held              int                  // expired days kept back by a running workflow or a busy lock
+	Days              []storage.HistoryDay // the day partitions left (estimated rows), for metrics
 }
 
 // DefaultRetention is the retention age when Config.Retention is zero.
@@ -51,14 +76,19 @@ func (c Config) WithDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, time.Minute)
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, 5*time.Second)
+	c.DaysAhead = max(cmp.Or(c.DaysAhead, 3), 2)
+	c.DetachLockTimeout = cmp.Or(c.DetachLockTimeout, 500*time.Millisecond)
 	return c
 }
 
 // Batch describes one delete statement the janitor ran.
 type Batch struct {
-	Table    string        // "tasks", "workflows", "audit_log" or "workers" (swept last)
+	// Table is "task_history", "tasks", "workflows", "audit_log" or "workers"
+	// (swept last), or the partition of a day of history dropped whole.
+	Table    string
 	Deleted  int           // rows deleted (a task's attempts are not counted)
 	Duration time.Duration // the whole transaction, as the janitor measured it
+	Dropped  bool          // a day of history left by dropping its partitions
 }
 
 // Retention deletes expired tasks and workflows: the retention transitions of
@@ -67,6 +97,10 @@ type Batch struct {
 type Retention interface {
 	DeleteExpiredTasks(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
 	DeleteExpiredWorkflows(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
+	DeleteExpiredHistory(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
+	DeleteHistoryDayWorkflows(ctx context.Context, day storage.HistoryDay, limit int, timeout time.Duration) (int64, error)
+	DetachHistoryDay(ctx context.Context, day storage.HistoryDay, lockTimeout time.Duration) (string, error)
+	DropDetachedHistory(ctx context.Context, timeout time.Duration) ([]storage.HistoryDay, error)
 }
 
 // Janitor deletes expired history. Create it with New; run it with Run.
@@ -98,7 +132,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		start := time.Now()
-		n, err := j.SweepOnce(ctx)
+		n, hist, err := j.sweep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			j.log.Warn("retention sweep failed", "err", err, "deleted", n)
@@ -108,7 +142,7 @@ func (j *Janitor) Run(ctx context.Context) error {
 		}
 		timer.Reset(jitter(j.cfg.Interval))
 		if j.cfg.OnSweep != nil {
-			j.cfg.OnSweep(Sweep{Deleted: n, Err: err})
+			j.cfg.OnSweep(Sweep{Deleted: n, Err: err, History: hist})
 		}
 	}
 }
@@ -117,7 +151,11 @@ func (j *Janitor) Run(ctx context.Context) error {
 // workflows (at least one), since each holds up to 1,000 tasks.
 const WorkflowBatchDivisor = 50
 
-// SweepOnce deletes, batch by batch, every finished plain task that its queue's
+// SweepOnce first keeps history's day partitions DaysAhead days ahead, drops the days
+// of history that every queue's retention has passed whole (their finished
+// workflows first, whole), and deletes in batches the history that a queue's shorter
+// retention has passed. Then it deletes, batch by batch, every finished plain task
+// not in history yet that its queue's
 // retention for its status has passed (Retention for done and cancelled, forever for
 // dead, where the queue sets none), then every finished workflow all of whose tasks
 // have expired so, whole with its tasks, then the audit entries older than AuditRetention, then every
@@ -125,6 +163,113 @@ const WorkflowBatchDivisor = 50
 // (tasks, audit entries and workers; attempts, which go with their tasks, are not
 // counted) and the first error, which ends the sweep.
 func (j *Janitor) SweepOnce(ctx context.Context) (deleted int, err error) {
+	deleted, _, err = j.sweep(ctx)
+	return deleted, err
+}
+
+// sweep is SweepOnce, reporting what it did to history.
+func (j *Janitor) sweep(ctx context.Context) (deleted int, h History, err error) {
+	h.At = time.Now()
+	defer func() { h.Took = time.Since(h.At) }()
+	if err := j.sweepHistory(ctx, &h); err != nil {
+		return int(h.RowsDropped + h.BatchDeleted), h, err
+	}
+	deleted = int(h.RowsDropped + h.BatchDeleted)
+	n, err := j.sweepRest(ctx)
+	return deleted + n, h, err
+}
+
+// sweepHistory keeps the history partitions ahead of time, drops the days that every
+// queue's retention lets go (their finished workflows first, whole), then deletes in
+// batches what a shorter retention expires earlier.
+func (j *Janitor) sweepHistory(ctx context.Context, h *History) error {
+	var err error
+	if h.PartitionsCreated, err = j.store.EnsureHistoryPartitions(ctx, j.cfg.DaysAhead); err != nil {
+		return err
+	}
+	if err := j.dropDetached(ctx, h); err != nil { // a day a crash left detached
+		return err
+	}
+	days, err := j.store.ExpiredHistoryDays(ctx, j.defaults())
+	if err != nil {
+		return err
+	}
+	perBatch := max(1, j.cfg.BatchSize/WorkflowBatchDivisor)
+	for _, day := range days {
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := time.Now()
+			n, err := j.tasks.DeleteHistoryDayWorkflows(ctx, day, perBatch, j.cfg.BatchTimeout)
+			if err != nil {
+				return err
+			}
+			h.BatchDeleted += n
+			if j.OnBatch != nil {
+				j.OnBatch(Batch{Table: "workflows", Deleted: int(n), Duration: time.Since(start)})
+			}
+			if int(n) < perBatch {
+				break
+			}
+		}
+		out, err := j.tasks.DetachHistoryDay(ctx, day, j.cfg.DetachLockTimeout)
+		switch {
+		case isLockTimeout(err):
+			j.log.Info("expired history day kept for the next sweep: its tables were busy",
+				"status", day.Status, "day", day.Day.Format(time.DateOnly))
+			h.Held++
+			continue
+		case err != nil:
+			return err
+		case out == storage.DayHeld:
+			j.log.Info("expired history day kept while a running workflow has a task in it",
+				"status", day.Status, "day", day.Day.Format(time.DateOnly))
+			h.Held++
+			continue
+		}
+		if err := j.dropDetached(ctx, h); err != nil {
+			return err
+		}
+	}
+	n, err := j.drain(ctx, "task_history", func() (int64, error) {
+		return j.tasks.DeleteExpiredHistory(ctx, j.defaults(), j.cfg.BatchSize, j.cfg.BatchTimeout)
+	})
+	h.BatchDeleted += int64(n)
+	if err != nil {
+		return err
+	}
+	h.Days, err = j.store.ListHistoryDays(ctx)
+	return err
+}
+
+// dropDetached drops the detached days of history and records them in h.
+func (j *Janitor) dropDetached(ctx context.Context, h *History) error {
+	start := time.Now()
+	days, err := j.tasks.DropDetachedHistory(ctx, j.cfg.BatchTimeout)
+	if err != nil {
+		return err
+	}
+	for _, d := range days {
+		h.Dropped = append(h.Dropped, d)
+		h.RowsDropped += d.Rows
+		if j.OnBatch != nil {
+			j.OnBatch(Batch{Table: "task_history_" + d.Status + "_p" + d.Day.Format("20060102"), Deleted: int(d.Rows),
+				Duration: time.Since(start), Dropped: true})
+		}
+	}
+	return nil
+}
+
+// isLockTimeout reports a lock_timeout (SQLSTATE 55P03, lock_not_available).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// sweepRest deletes what is not in history yet (finished rows a migration has not
+// moved), finished workflows, tally buckets, audit entries and silent workers.
+func (j *Janitor) sweepRest(ctx context.Context) (deleted int, err error) {
 	// Every queue's expired tasks in one statement per batch, oldest first: the
 	// sweep's cost follows what expired, not the number of queues.
 	deleted, err = j.drain(ctx, "tasks", func() (int64, error) {

@@ -37,6 +37,7 @@ var transitions = []string{
 	"CreateQueue", "UpdateQueue", "DeleteQueue",
 	"Heartbeat", "HeartbeatProgress", "HeartbeatMany", "DiscardDead", "DiscardDeadMany",
 	"DeleteExpiredTasks", "DeleteExpiredWorkflows",
+	"DeleteExpiredHistory", "DeleteHistoryDayWorkflows", "DetachHistoryDay", "DropDetachedHistory",
 }
 
 // followUps are the methods of *buffer.Buffer that change what Redis holds for tasks

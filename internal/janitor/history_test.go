@@ -1,0 +1,241 @@
+package janitor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskforge/taskforge/internal/janitor"
+	"github.com/taskforge/taskforge/storage"
+)
+
+// insertHistory inserts n finished tasks of queue and status into history, finished
+// at finished and created an hour before, each with one attempt, the first
+// withKeys of them holding an idempotency key (reserved in idempotency_keys).
+func insertHistory(t *testing.T, pool *pgxpool.Pool, queue, status string, n int, finished time.Time, withKeys int, workflow *uuid.UUID) {
+	t.Helper()
+	exec(t, pool, `WITH ins AS (
+		INSERT INTO task_history (id, queue, payload, priority, status, scheduled_at, max_retries, attempts,
+			created_at, updated_at, finished_at, idempotency_key, workflow_id)
+		SELECT gen_random_uuid(), $1, jsonb_build_object('i', i), 1, $2, $3::timestamptz - interval '1 hour', 3, 1,
+			$3::timestamptz - interval '1 hour', $3, $3,
+			CASE WHEN i <= $5 THEN $2 || '-' || $3::text || '-' || i END, $6
+		FROM generate_series(1, $4::int) AS i
+		RETURNING id, queue, status, created_at, finished_at, idempotency_key
+	), att AS (
+		INSERT INTO attempt_history (task_id, attempt, queue, worker_id, lease_token, status, started_at,
+			finished_at, task_status, task_finished_at)
+		SELECT id, 1, queue, 'w', gen_random_uuid(), CASE status WHEN 'done' THEN 'succeeded' ELSE 'failed' END,
+			created_at, finished_at, status, finished_at FROM ins
+	)
+	INSERT INTO idempotency_keys (queue, key, task_id)
+	SELECT queue, idempotency_key, id FROM ins WHERE idempotency_key IS NOT NULL`,
+		queue, status, finished, n, withKeys, workflow)
+}
+
+func exists(t *testing.T, pool *pgxpool.Pool, table string) bool {
+	t.Helper()
+	return count(t, pool, `SELECT count(*) FROM pg_class WHERE relname = $1`, table) == 1
+}
+
+// historyClock returns a janitor and store whose clock reads at, on a database with
+// queues q and other.
+func historyClock(t *testing.T, at time.Time) (*pgxpool.Pool, *storage.Store) {
+	t.Helper()
+	pool, _ := setup(t)
+	return pool, storage.New(pool, storage.WithClock(func() time.Time { return at }))
+}
+
+// TestExpiredDaysOfHistoryAreDropped: a day that every queue's retention has passed
+// leaves by dropping its partitions, tasks and attempts together, with the keys of
+// its tasks; the tally stays exact and no dead row is left behind. Dead tasks, kept
+// forever by default, stay, and so does a day still inside the retention.
+func TestExpiredDaysOfHistoryAreDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.AddDate(0, 0, -1)
+	// Seven days and a half after today began: yesterday has passed the default
+	// 7-day retention whole, today has not.
+	pool, store := historyClock(t, today.Add(7*day+12*time.Hour))
+	insertHistory(t, pool, "q", "done", 300, yesterday.Add(10*time.Hour), 50, nil)
+	insertHistory(t, pool, "other", "done", 200, yesterday.Add(23*time.Hour), 0, nil)
+	insertHistory(t, pool, "q", "cancelled", 40, yesterday.Add(time.Hour), 10, nil)
+	insertHistory(t, pool, "q", "dead", 30, yesterday.Add(time.Hour), 10, nil)
+	insertHistory(t, pool, "q", "done", 100, today.Add(time.Hour), 20, nil)
+	yday := "_p" + yesterday.Format("20060102")
+	if !exists(t, pool, "task_history_done"+yday) {
+		t.Fatal("the migration did not create yesterday's partitions")
+	}
+
+	var sweeps []janitor.Sweep
+	j := janitor.New(store, store, janitor.Config{OnSweep: func(s janitor.Sweep) { sweeps = append(sweeps, s) }}, quiet)
+	var batches []janitor.Batch
+	j.OnBatch = func(b janitor.Batch) { batches = append(batches, b) }
+	deleted, err := j.SweepOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted != 540 {
+		t.Errorf("deleted %d tasks, want the 540 done and cancelled of yesterday", deleted)
+	}
+	for _, table := range []string{"task_history_done" + yday, "attempt_history_done" + yday,
+		"task_history_cancelled" + yday, "attempt_history_cancelled" + yday} {
+		if exists(t, pool, table) {
+			t.Errorf("%s is still there", table)
+		}
+	}
+	dropped := 0
+	for _, b := range batches {
+		if b.Dropped {
+			dropped++
+			if b.Table == "task_history_done"+yday && b.Deleted != 500 {
+				t.Errorf("%s dropped with %d tasks, want 500", b.Table, b.Deleted)
+			}
+		}
+	}
+	if dropped != 2 {
+		t.Errorf("%d days dropped, want 2 (done and cancelled of yesterday): %+v", dropped, batches)
+	}
+	for status, want := range map[string]int{"done": 100, "cancelled": 0, "dead": 30} {
+		if got := count(t, pool, `SELECT count(*) FROM task_history WHERE status = $1`, status); got != want {
+			t.Errorf("%d %s tasks left in history, want %d", got, status, want)
+		}
+		if got := count(t, pool, `SELECT count(*) FROM attempt_history WHERE task_status = $1`, status); got != want {
+			t.Errorf("%d attempts of %s tasks left in history, want %d", got, status, want)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys`); got != 30 {
+		t.Errorf("%d idempotency keys left, want 30 (of today's done and of the dead tasks)", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys k WHERE NOT EXISTS (SELECT 1 FROM all_tasks t WHERE t.id = k.task_id)`); got != 0 {
+		t.Errorf("%d keys of tasks that are gone", got)
+	}
+	// The tally counts what is left, exactly.
+	for _, queue := range []string{"q", "other"} {
+		st, err := store.Stats(ctx, queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, status := range []string{"done", "cancelled", "dead"} {
+			want := count(t, pool, `SELECT count(*) FROM task_history WHERE queue = $1 AND status = $2`, queue, status)
+			if st.Depth[status] != int64(want) {
+				t.Errorf("%s: tally says %d %s, history holds %d", queue, st.Depth[status], status, want)
+			}
+		}
+	}
+	// Dead tasks are kept forever by default: their day stays.
+	if !exists(t, pool, "task_history_dead"+yday) {
+		t.Error("yesterday's dead tasks were dropped")
+	}
+	// Partitions for the days ahead of the clock exist.
+	ahead := today.Add(7*day+12*time.Hour).Truncate(24*time.Hour).AddDate(0, 0, 3)
+	if !exists(t, pool, "task_history_done_p"+ahead.Format("20060102")) {
+		t.Errorf("no partition for %s, three days after the clock's today", ahead.Format(time.DateOnly))
+	}
+	if len(sweeps) != 0 {
+		t.Fatal("SweepOnce reported through OnSweep")
+	}
+	// A second sweep finds nothing more.
+	if n, err := j.SweepOnce(ctx); err != nil || n != 0 {
+		t.Errorf("second sweep deleted %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestShorterRetentionDeletesInBatches: while one queue keeps done tasks 7 days,
+// another's 1-hour retention deletes its own in batches, from the partition that
+// stays; a queue keeping dead tasks 1 day loses them although others keep theirs.
+func TestShorterRetentionDeletesInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	pool, store := historyClock(t, now)
+	exec(t, pool, `INSERT INTO queues (name, retention) VALUES ('short', '{"done_ms": 3600000, "dead_ms": 86400000}')`)
+	insertHistory(t, pool, "short", "done", 250, now.Add(-2*time.Hour), 20, nil)
+	insertHistory(t, pool, "short", "done", 10, now.Add(-30*time.Minute), 0, nil)
+	insertHistory(t, pool, "q", "done", 50, now.Add(-2*time.Hour), 0, nil)
+	insertHistory(t, pool, "short", "dead", 5, now.Add(-25*time.Hour), 0, nil)
+	insertHistory(t, pool, "q", "dead", 5, now.Add(-25*time.Hour), 0, nil)
+	var taskBatches []int
+	j := janitor.New(store, store, janitor.Config{BatchSize: 100}, quiet)
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Table == "task_history" {
+			taskBatches = append(taskBatches, b.Deleted)
+		}
+	}
+	deleted, err := j.SweepOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted != 255 {
+		t.Errorf("deleted %d, want the 250 done and 5 dead tasks of queue short", deleted)
+	}
+	if len(taskBatches) < 3 || taskBatches[0] != 100 {
+		t.Errorf("history batches %v, want batches of at most 100", taskBatches)
+	}
+	for _, tc := range []struct {
+		queue, status string
+		want          int
+	}{{"short", "done", 10}, {"q", "done", 50}, {"short", "dead", 0}, {"q", "dead", 5}} {
+		if got := count(t, pool, `SELECT count(*) FROM task_history WHERE queue = $1 AND status = $2`, tc.queue, tc.status); got != tc.want {
+			t.Errorf("%d %s tasks of %s left, want %d", got, tc.status, tc.queue, tc.want)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM attempt_history a WHERE NOT EXISTS (SELECT 1 FROM task_history t WHERE t.id = a.task_id)`); got != 0 {
+		t.Errorf("%d attempts of deleted tasks left", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys`); got != 0 {
+		t.Errorf("%d keys of deleted tasks left", got)
+	}
+}
+
+// TestWorkflowLeavesWholeBeforeItsDay: a finished workflow with a task in a day that
+// expires leaves whole first, its dead step of another day too; a running
+// workflow's task holds its day back until the workflow ends.
+func TestWorkflowLeavesWholeBeforeItsDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.AddDate(0, 0, -1)
+	pool, store := historyClock(t, today.Add(7*day+12*time.Hour))
+	workflow := func(status string) uuid.UUID {
+		var id uuid.UUID
+		if err := pool.QueryRow(ctx, `INSERT INTO workflows (id, name, status, steps_left, finished_at)
+			VALUES (gen_random_uuid(), 'wf', $1, 0, CASE WHEN $1 <> 'running' THEN now() END) RETURNING id`, status).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	failed, running := workflow("failed"), workflow("running")
+	insertHistory(t, pool, "q", "done", 3, yesterday.Add(time.Hour), 0, &failed)
+	insertHistory(t, pool, "q", "dead", 1, today.Add(time.Hour), 0, &failed)
+	insertHistory(t, pool, "q", "cancelled", 2, yesterday.Add(time.Hour), 0, &running)
+	insertHistory(t, pool, "q", "done", 20, yesterday.Add(2*time.Hour), 0, nil)
+	j := janitor.New(store, store, janitor.Config{}, quiet)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	yday := "_p" + yesterday.Format("20060102")
+	if exists(t, pool, "task_history_done"+yday) {
+		t.Error("yesterday's done tasks were kept")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM workflows WHERE id = $1`, failed) +
+		count(t, pool, `SELECT count(*) FROM all_tasks WHERE workflow_id = $1`, failed); n != 0 {
+		t.Errorf("%d rows of the failed workflow left, want it gone whole", n)
+	}
+	if !exists(t, pool, "task_history_cancelled"+yday) ||
+		count(t, pool, `SELECT count(*) FROM task_history WHERE workflow_id = $1`, running) != 2 {
+		t.Error("the running workflow's day was dropped under it")
+	}
+	// Once the workflow ends, its day goes, with it whole.
+	exec(t, pool, `UPDATE workflows SET status = 'cancelled', finished_at = now() WHERE id = $1`, running)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, pool, "task_history_cancelled"+yday) || count(t, pool, `SELECT count(*) FROM workflows`) != 0 {
+		t.Error("the ended workflow's day was kept")
+	}
+}
