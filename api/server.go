@@ -58,6 +58,9 @@ type Config struct {
 	// the replica's scheduler re-plans its sleep at once; other replicas' schedulers
 	// see the change within their longest pause.
 	Scheduler ScheduleWaker
+	// LastSweep, when set, reports this replica's last retention sweep (GET
+	// /history); false before the first one.
+	LastSweep func() (Sweep, bool)
 }
 
 // ScheduleWaker is told of schedule changes; *scheduler.Scheduler is one.
@@ -174,6 +177,7 @@ func New(store *storage.Store, buf *buffer.Buffer, lc *lifecycle.Lifecycle, cfg 
 	e.POST("/workers/nack", s.nack)
 	e.POST("/workers/release", s.release)
 	e.GET("/workers", s.listWorkers)
+	e.GET("/history", s.history)
 
 	e.POST("/schedules", s.createSchedule)
 	e.GET("/schedules", s.listSchedules)

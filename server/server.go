@@ -348,7 +348,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		LeaseTimeout: cfg.LeaseTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		MaxPayloadBytes: cfg.MaxPayloadBytes, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Telemetry: s.Telemetry, TrustedOrigins: cfg.TrustedOrigins, Auth: s.Auth.Middleware(),
-		Audit: audits.Middleware(), Scheduler: s.Scheduler,
+		Audit: audits.Middleware(), Scheduler: s.Scheduler, LastSweep: s.lastSweep,
 	}, log.With("component", "api"))
 	if err != nil {
 		s.Close()
@@ -369,10 +369,32 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.Pusher = push.New(s.Lifecycle, s.API, s.Store, pushCfg, log.With("component", "push"))
 	s.Janitor = janitor.New(s.Lifecycle, s.Store, janitor.Config{Retention: cfg.Retention, Interval: cfg.RetentionInterval,
-		AuditRetention: cfg.AuditRetention, OnSweep: ts.JanitorSweep.Signal},
+		AuditRetention: cfg.AuditRetention, OnSweep: func(sw janitor.Sweep) {
+			s.Telemetry.RetentionSwept(sw.Report())
+			ts.JanitorSweep.Signal(sw)
+		}},
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
 	return s, nil
+}
+
+// lastSweep is the janitor's last sweep as GET /history shows it.
+func (s *Server) lastSweep() (api.Sweep, bool) {
+	if s.Janitor == nil {
+		return api.Sweep{}, false
+	}
+	sw, ok := s.Janitor.LastSweep()
+	if !ok {
+		return api.Sweep{}, false
+	}
+	h := sw.History
+	out := api.Sweep{At: h.At, TookMs: h.Took.Milliseconds(), PartitionsDropped: len(h.Dropped),
+		RowsDropped: h.RowsDropped, BatchDeleted: h.BatchDeleted, Held: h.Held}
+	if sw.Err != nil {
+		msg := sw.Err.Error()
+		out.Error = &msg
+	}
+	return out, true
 }
 
 // dialRedis returns a client for cfg.RedisURL: one server, or with RedisCluster a

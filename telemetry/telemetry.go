@@ -47,7 +47,8 @@ type Telemetry struct {
 	scheduleRuns    *prometheus.CounterVec
 	scheduleLate    prometheus.Histogram
 	workflows       *prometheus.CounterVec
-	push            pushMetrics // push.go
+	push            pushMetrics      // push.go
+	retention       retentionMetrics // retention.go
 }
 
 // latencyBuckets span 1 ms to ~65 s.
@@ -99,6 +100,7 @@ func New(log *slog.Logger) *Telemetry {
 		f(c)
 	}
 	t.push.register(reg)
+	t.retention.register(reg)
 	return t
 }
 

@@ -2,6 +2,8 @@ package janitor_test
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -238,4 +240,64 @@ func TestWorkflowLeavesWholeBeforeItsDay(t *testing.T) {
 	if exists(t, pool, "task_history_cancelled"+yday) || count(t, pool, `SELECT count(*) FROM workflows`) != 0 {
 		t.Error("the ended workflow's day was kept")
 	}
+}
+
+// envDropBench, set to a number of tasks (1000000 for the figure in
+// docs/benchmarks.md), runs TestDropDayOfHistoryBench.
+const envDropBench = "TASKFORGE_BENCH_HISTORY_DROP"
+
+// TestDropDayOfHistoryBench measures a day of N finished tasks (each with one
+// attempt, one in ten with an idempotency key) leaving by the janitor's drop: the
+// time the detach and the drop take, and that no dead row is left behind in history.
+func TestDropDayOfHistoryBench(t *testing.T) {
+	raw := os.Getenv(envDropBench)
+	if raw == "" {
+		t.Skipf("set %s=1000000 to measure dropping a day of history", envDropBench)
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a number of tasks", envDropBench, raw)
+	}
+	ctx := context.Background()
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.AddDate(0, 0, -1)
+	pool, store := historyClock(t, today.Add(7*day+12*time.Hour))
+	start := time.Now()
+	for i := 0; i < n; i += 100_000 { // a day, in slices (one long INSERT would hold its snapshot)
+		insertHistory(t, pool, "q", "done", min(100_000, n-i), yesterday.Add(time.Duration(i)*time.Millisecond), min(100_000, n-i)/10, nil)
+	}
+	insertHistory(t, pool, "q", "done", 1000, today.Add(time.Hour), 0, nil)
+	exec(t, pool, `ANALYZE task_history, attempt_history`)
+	t.Logf("inserted %d tasks and their attempts in %s", n, time.Since(start).Round(time.Millisecond))
+
+	var dropped []janitor.Batch
+	j := janitor.New(store, store, janitor.Config{}, quiet)
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Dropped {
+			dropped = append(dropped, b)
+		}
+	}
+	start = time.Now()
+	deleted, err := j.SweepOnce(ctx)
+	sweep := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted != n || len(dropped) != 1 || dropped[0].Deleted != n {
+		t.Fatalf("deleted %d in %+v, want one day of %d", deleted, dropped, n)
+	}
+	yday := "_p" + yesterday.Format("20060102")
+	if exists(t, pool, "task_history_done"+yday) || exists(t, pool, "attempt_history_done"+yday) {
+		t.Fatal("the day's partitions are still there")
+	}
+	var dead int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
+		WHERE relname LIKE 'task_history%' OR relname LIKE 'attempt_history%'`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Errorf("%d dead rows in history after the drop", dead)
+	}
+	t.Logf("a day of %d tasks (and %d attempts, %d keys): the drop transaction took %s, the whole sweep (detach included) %s; %d dead rows left in history",
+		n, n, n/10, dropped[0].Duration.Round(time.Millisecond), sweep.Round(time.Millisecond), dead)
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskforge/taskforge/storage"
+	"github.com/taskforge/taskforge/telemetry"
 )
 
 // Config tunes a Janitor. Zero fields take the defaults.
@@ -112,6 +114,32 @@ type Janitor struct {
 	// OnBatch, when set, is called after every batch, whether it deleted rows or
 	// not (metrics, tests). It runs on the janitor's goroutine.
 	OnBatch func(Batch)
+	last    atomic.Pointer[Sweep] // Run's last sweep
+}
+
+// LastSweep returns Run's last sweep, and false before the first one ends.
+func (j *Janitor) LastSweep() (Sweep, bool) {
+	if s := j.last.Load(); s != nil {
+		return *s, true
+	}
+	return Sweep{}, false
+}
+
+// Report is the sweep as package telemetry records it.
+func (s Sweep) Report() telemetry.RetentionSweep {
+	h := s.History
+	r := telemetry.RetentionSweep{At: h.At, Failed: s.Err != nil, PartitionsDropped: len(h.Dropped),
+		RowsDropped: h.RowsDropped, BatchDeleted: h.BatchDeleted}
+	if h.Days != nil || s.Err == nil {
+		r.Partitions, r.Oldest = map[string]int{}, map[string]time.Time{}
+		for _, d := range h.Days {
+			r.Partitions[d.Status]++
+			if old, ok := r.Oldest[d.Status]; !ok || d.Day.Before(old) {
+				r.Oldest[d.Status] = d.Day
+			}
+		}
+	}
+	return r
 }
 
 // New returns a Janitor that deletes expired tasks and workflows through tasks, and
@@ -141,8 +169,10 @@ func (j *Janitor) Run(ctx context.Context) error {
 				"retention", j.cfg.Retention.String(), "duration", time.Since(start).String())
 		}
 		timer.Reset(jitter(j.cfg.Interval))
+		sw := Sweep{Deleted: n, Err: err, History: hist}
+		j.last.Store(&sw)
 		if j.cfg.OnSweep != nil {
-			j.cfg.OnSweep(Sweep{Deleted: n, Err: err, History: hist})
+			j.cfg.OnSweep(sw)
 		}
 	}
 }
