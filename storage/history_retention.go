@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// History retention (migration 0020, used by package janitor): a day of history that
+// History retention (migration 0021, used by package janitor): a day of history that
 // every queue's retention lets go leaves by detaching and dropping its partitions;
 // what a shorter retention expires earlier is deleted in batches. See
 // expired_history_days and delete_expired_history.

@@ -1,6 +1,6 @@
 -- name: drop_detached_history
 -- drop_detached_history drops every detached day of history, counted out of the
--- tally, with its idempotency keys' reservations (see migration 0020).
+-- tally, with its idempotency keys' reservations (see migration 0021).
 --
 -- Parameters: none.
 -- Returns: status, day, tasks.

@@ -1,4 +1,4 @@
--- 0020: history leaves by day. A day partition of task_history, with its twin of
+-- 0021: history leaves by day. A day partition of task_history, with its twin of
 -- attempt_history, leaves whole once every queue's retention for its status has
 -- passed its whole day (internal/janitor); what a shorter retention expires earlier is
 -- deleted in batches (delete_expired_history).
