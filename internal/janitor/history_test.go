@@ -273,7 +273,7 @@ func TestDropDayOfHistoryBench(t *testing.T) {
 	var dropped []janitor.Batch
 	j := janitor.New(store, store, janitor.Config{}, quiet)
 	j.OnBatch = func(b janitor.Batch) {
-		if b.Dropped {
+		if b.Dropped && b.Deleted > 0 { // yesterday's other, empty, statuses go too
 			dropped = append(dropped, b)
 		}
 	}
