@@ -339,6 +339,9 @@ func testEditSettings(t *testing.T, e *env) {
 	s.CreateQueue("imports", map[string]any{"max_retries": 7})
 	page := e.open("#/settings?queue=imports")
 	page.waitJS(`document.getElementById('s-max_retries')?.value === '7'`, "the form")
+	// The history card: each status's day partitions and the janitor's last run.
+	page.waitJS(`['Kept done', 'Kept dead', 'Janitor last ran'].every((s) =>
+		document.getElementById('history-state')?.textContent.includes(s))`, "the history card")
 	page.enter("#s-rate_limit", "25")
 	page.enter("#s-rate_burst", "5")
 	page.click("#save-settings")

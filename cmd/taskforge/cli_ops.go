@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -73,8 +75,23 @@ func statsCommand() *cobra.Command {
 				}
 				stats = append(stats, st)
 			}
+			// History is shown when all queues are (it is admin's; a restricted token
+			// asking for its queues does not need it).
+			var hist *client.History
+			if len(args) == 0 {
+				ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+				hist, err = c.History(ctx)
+				cancel()
+				if err != nil && !errors.Is(err, client.ErrForbidden) {
+					return withExitCode(err)
+				}
+			}
 			if o.output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"stats": stats})
+				out := map[string]any{"stats": stats}
+				if hist != nil {
+					out["history"] = hist
+				}
+				return printJSON(cmd.OutOrStdout(), out)
 			}
 			statuses := []string{client.StatusPending, client.StatusClaimed, client.StatusExecuting, client.StatusRetry,
 				client.StatusDone, client.StatusDead, client.StatusCancelled}
@@ -92,9 +109,39 @@ func statsCommand() *cobra.Command {
 				rows[i] = append(row, fmt.Sprintf("%.2f", st.ThroughputPerSec), fmt.Sprintf("%.1f%%", 100*st.ErrorRate),
 					fmt.Sprintf("%.0fs", st.OldestPendingAgeSeconds))
 			}
-			return table(cmd.OutOrStdout(), headers, rows)
+			if err := table(cmd.OutOrStdout(), headers, rows); err != nil || hist == nil {
+				return err
+			}
+			return printHistory(cmd.OutOrStdout(), hist)
 		},
 	}
 	setupClientCommand(o, cmd)
 	return cmd
+}
+
+// printHistory shows task history's day partitions by status, and the last sweep.
+func printHistory(w io.Writer, h *client.History) error {
+	fmt.Fprintln(w)
+	for _, st := range h.Statuses {
+		if st.Partitions == 0 {
+			fmt.Fprintf(w, "history %-9s  no day partitions\n", st.Status)
+			continue
+		}
+		fmt.Fprintf(w, "history %-9s  %d days, oldest %s, newest %s, ~%d tasks\n",
+			st.Status, st.Partitions, st.OldestDay, st.NewestDay, st.RowsEstimate)
+	}
+	if s := h.LastSweep; s != nil {
+		line := fmt.Sprintf("last retention sweep %s (%dms): %d days dropped (%d tasks), %d tasks deleted in batches",
+			fmtTime(s.At), s.TookMs, s.PartitionsDropped, s.RowsDropped, s.BatchDeleted)
+		if s.Held > 0 {
+			line += fmt.Sprintf(", %d expired days held", s.Held)
+		}
+		if s.Error != nil {
+			line += "; failed: " + *s.Error
+		}
+		_, err := fmt.Fprintln(w, line)
+		return err
+	}
+	_, err := fmt.Fprintln(w, "no retention sweep yet on this replica")
+	return err
 }

@@ -441,6 +441,16 @@ func TestCLIWorkersAndStats(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "QUEUE") || !strings.HasPrefix(lines[1], "q ") {
 		t.Fatalf("stats q:\n%s", r.stdout)
 	}
+	// All queues: history's day partitions follow the table.
+	r = e.want(0, "stats")
+	contains(t, "stats", r.stdout, "history done", "history cancelled", "history dead", "days, oldest ")
+	if !strings.Contains(r.stdout, "last retention sweep") && !strings.Contains(r.stdout, "no retention sweep yet") {
+		t.Errorf("stats does not say how the janitor's last sweep went:\n%s", r.stdout)
+	}
+	var hist struct{ History client.History }
+	if e.json(&hist, "stats"); len(hist.History.Statuses) != 3 || hist.History.Statuses[0].Partitions < 4 {
+		t.Errorf("stats -o json: history %+v", hist.History)
+	}
 	var st struct{ Stats []client.Stats }
 	e.json(&st, "stats")
 	if len(st.Stats) != 2 || st.Stats[0].Queue != "other" || st.Stats[1].Depth[client.StatusExecuting] != 1 ||

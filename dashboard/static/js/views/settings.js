@@ -64,11 +64,13 @@ export function settings() {
   const pauseState = h('div', { class: 'pause-state' });
   const pause = h('button', { type: 'button', class: 'btn', id: 'pause-toggle' });
   const current = h('dl', { class: 'kv kv-inline' });
+  const history = h('dl', { class: 'kv kv-inline', id: 'history-state' });
   const body = h('div', { class: 'settings-body' },
     h('section', { class: 'card pause-card', 'aria-label': 'Pause or resume' }, pauseState, pause),
     h('section', { class: 'card', 'aria-labelledby': 'settings-title' },
       h('h2', { class: 'card-title', id: 'settings-title', text: 'Flow control, retries and retention' }), form),
-    h('section', { class: 'card', 'aria-label': 'Current load' }, h('h2', { class: 'card-title', text: 'Now' }), current));
+    h('section', { class: 'card', 'aria-label': 'Current load' }, h('h2', { class: 'card-title', text: 'Now' }), current),
+    h('section', { class: 'card', 'aria-label': 'Finished history' }, h('h2', { class: 'card-title', text: 'History and retention' }), history));
   const none = empty('No queues yet.', 'Create one with POST /queues; its settings can be edited here.');
   const missing = h('div', { hidden: true });
   const root = h('div', { class: 'view view-settings' },
@@ -183,6 +185,24 @@ export function settings() {
     ].map(([k, v]) => h('div', null, h('dt', { text: k }), h('dd', { text: v }))));
   }
 
+  // showHistory fills the history card from GET /history: each status's day
+  // partitions, and this replica's last retention sweep. An admin-only answer: a
+  // token without the right sees a note instead.
+  async function showHistory() {
+    let res;
+    try { res = await api('GET', '/history'); } catch (err) {
+      replace(history, h('div', null, h('dt', { text: 'History' }), h('dd', { text: 'Not available: ' + err.message })));
+      return;
+    }
+    const rows = res.statuses.map((st) => [`Kept ${st.status}`,
+      st.partitions ? `${st.partitions} days since ${st.oldest_day} (~${fmt.count(st.rows_estimate)} tasks)` : 'no days yet']);
+    const sw = res.last_sweep;
+    rows.push(['Janitor last ran', sw
+      ? `${fmt.ago(sw.at)}: ${fmt.count(sw.partitions_dropped)} days dropped (${fmt.count(sw.rows_dropped)} tasks), ${fmt.count(sw.batch_deleted)} deleted in batches${sw.held ? `, ${sw.held} held` : ''}${sw.error ? '; failed: ' + sw.error : ''}`
+      : 'not yet on this replica']);
+    replace(history, rows.map(([k, v]) => h('div', null, h('dt', { text: k }), h('dd', { text: v }))));
+  }
+
   function update(snap) {
     fillQueueSelect(queue, snap.queues.map((x) => x.name), name);
     if (!name && snap.queues.length) { route({}); return; }
@@ -211,6 +231,7 @@ export function settings() {
     none.hidden = queueNames().length > 0 || !store.snapshot;
     showMissing(!qs && queueNames().length > 0);
     if (qs) { fill(qs); showPause(qs.paused); showCurrent(qs); }
+    showHistory();
   }
 
   return { title: 'Queue settings', root, mount: route, route, update, unmount() {} };
