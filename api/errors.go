@@ -29,10 +29,13 @@ const (
 	CodeTaskNotFound        = "task_not_found"
 	CodeTaskNotCancellable  = "task_not_cancellable"
 	CodeIdempotencyConflict = "idempotency_conflict"
-	CodeLeaseLost           = "lease_lost"
-	CodeScheduleNotFound    = "schedule_not_found"
-	CodeScheduleExists      = "schedule_exists"
-	CodeWorkflowNotFound    = "workflow_not_found"
+	// CodeDuplicateRequest: the idempotency key's task is gone, but the queue's
+	// idempotency window still holds the key (the error's task_id names the task).
+	CodeDuplicateRequest = "duplicate_request"
+	CodeLeaseLost        = "lease_lost"
+	CodeScheduleNotFound = "schedule_not_found"
+	CodeScheduleExists   = "schedule_exists"
+	CodeWorkflowNotFound = "workflow_not_found"
 	// CodeWorkflowNotCancellable: DELETE /workflows/:id of a finished workflow.
 	CodeWorkflowNotCancellable = "workflow_not_cancellable"
 	CodeUnavailable            = "unavailable"
@@ -50,6 +53,7 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	TaskID  string // duplicate_request: the task that held the key
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -80,6 +84,7 @@ var storageErrors = []struct {
 	{storage.ErrTaskNotCancellable, http.StatusConflict, CodeTaskNotCancellable},
 	{storage.ErrLeaseLost, http.StatusConflict, CodeLeaseLost},
 	{storage.ErrIdempotencyConflict, http.StatusConflict, CodeIdempotencyConflict},
+	{storage.ErrDuplicateRequest, http.StatusConflict, CodeDuplicateRequest},
 	{storage.ErrScheduleNotFound, http.StatusNotFound, CodeScheduleNotFound},
 	{storage.ErrScheduleExists, http.StatusConflict, CodeScheduleExists},
 	{storage.ErrWorkflowNotFound, http.StatusNotFound, CodeWorkflowNotFound},
@@ -109,6 +114,10 @@ func toAPIError(err error) *Error {
 			var conflict *storage.IdempotencyConflictError
 			var scheduled *storage.QueueHasSchedulesError
 			var missing *storage.QueueNotFoundError
+			var duplicate *storage.DuplicateRequestError
+			if errors.As(err, &duplicate) {
+				return &Error{Status: m.status, Code: m.code, Message: duplicate.Error(), TaskID: duplicate.TaskID.String()}
+			}
 			if errors.As(err, &conflict) {
 				msg = conflict.Error()
 			} else if errors.As(err, &scheduled) {
@@ -173,6 +182,7 @@ func (s *Server) fail(c *gin.Context, err error) {
 	var body errorBody
 	body.Error.Code = apiErr.Code
 	body.Error.Message = apiErr.Message
+	body.Error.TaskID = apiErr.TaskID
 	c.AbortWithStatusJSON(apiErr.Status, body)
 }
 

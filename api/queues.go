@@ -34,7 +34,13 @@ type queueSettings struct {
 	// Retention changes the ages given (null = keep forever) and keeps the others;
 	// null sets every age back to serve's default.
 	Retention Nullable[retentionSettings] `json:"retention"`
+	// IdempotencyWindow is how long a key stays reserved after its task's
+	// creation, even once the task is deleted.
+	IdempotencyWindow Nullable[int64] `json:"idempotency_window_ms"`
 }
+
+// maxIdempotencyWindowMs is the longest idempotency window: 30 days.
+const maxIdempotencyWindowMs = 30 * 24 * 3600 * 1000
 
 // retentionSettings are the ages a request's "retention" object sets, each in
 // milliseconds or null for forever; a key left out is not changed.
@@ -144,6 +150,12 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 			return invalid("priority_aging_ms must be an integer from 1 to %d, or null for strict priority", 30*dayMs)
 		}
 		q.PriorityAgingMs = qs.PriorityAging.Ptr()
+	}
+	if qs.IdempotencyWindow.Set {
+		if !qs.IdempotencyWindow.Valid || qs.IdempotencyWindow.Value < 0 || qs.IdempotencyWindow.Value > maxIdempotencyWindowMs {
+			return invalid("idempotency_window_ms must be an integer from 0 to %d (30 days)", maxIdempotencyWindowMs)
+		}
+		q.IdempotencyWindowMs = qs.IdempotencyWindow.Ptr()
 	}
 	if qs.Retention.Set {
 		if err := applyRetention(qs.Retention, q); err != nil {

@@ -157,10 +157,11 @@ func decodeError(resp *http.Response) error {
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
+			TaskID  string `json:"task_id"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
-		return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+		return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, TaskID: body.Error.TaskID}
 	}
 	msg := strings.TrimSpace(string(raw))
 	if len(msg) > 200 {

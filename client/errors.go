@@ -31,6 +31,9 @@ var (
 	ErrTaskNotCancellable = errors.New("task not cancellable")
 	// ErrIdempotencyConflict: the idempotency key was used by a different request (409).
 	ErrIdempotencyConflict = errors.New("idempotency conflict")
+	// ErrDuplicateRequest: the idempotency key's task is gone, but the queue's
+	// idempotency window still holds the key (409); APIError.TaskID names the task.
+	ErrDuplicateRequest = errors.New("duplicate request")
 	// ErrLeaseLost: the caller no longer holds the task's lease (409). It is also the
 	// context cause of a handler whose lease was lost.
 	ErrLeaseLost = errors.New("lease lost")
@@ -79,6 +82,7 @@ var codes = map[string]error{
 	"task_not_found":           ErrTaskNotFound,
 	"task_not_cancellable":     ErrTaskNotCancellable,
 	"idempotency_conflict":     ErrIdempotencyConflict,
+	"duplicate_request":        ErrDuplicateRequest,
 	"lease_lost":               ErrLeaseLost,
 	"unavailable":              ErrUnavailable,
 	"internal":                 ErrInternal,
@@ -95,6 +99,8 @@ type APIError struct {
 	Status  int    // HTTP status
 	Code    string // snake_case error code, e.g. "queue_not_found"
 	Message string // human-readable detail from the server
+	// TaskID names the task that held the idempotency key of a duplicate_request.
+	TaskID string
 }
 
 // Error returns "code: message".

@@ -58,6 +58,10 @@ type QueueSettings struct {
 	// the server's defaults: --retention for done and cancelled, forever for
 	// dead); Null() puts every age back to the server's default.
 	Retention Nullable[RetentionSettings]
+	// IdempotencyWindow keeps an idempotency key reserved that long after its
+	// task's creation, even once the task is deleted (0 to 30 days, sent in
+	// milliseconds; on create 24 h).
+	IdempotencyWindow *time.Duration
 }
 
 // RetentionSettings are the retention ages a QueueSettings changes, each at least
@@ -107,6 +111,9 @@ func (s QueueSettings) body() map[string]any {
 		} else {
 			m["priority_aging_ms"] = s.PriorityAging.value.Milliseconds()
 		}
+	}
+	if s.IdempotencyWindow != nil {
+		m["idempotency_window_ms"] = s.IdempotencyWindow.Milliseconds()
 	}
 	if s.Retention.set {
 		if s.Retention.null {

@@ -52,8 +52,11 @@ type Queue struct {
 	// Retention is how long the queue keeps finished tasks, with the server's
 	// defaults filled in for what the queue does not set.
 	Retention Retention `json:"retention"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	// IdempotencyWindowMs is how long an idempotency key stays reserved after its
+	// task's creation, even once the task is deleted.
+	IdempotencyWindowMs int64     `json:"idempotency_window_ms"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
 }
 
 // Retention is how long a queue keeps its tasks after they finish, per final

@@ -85,11 +85,12 @@ func (s *Store) enqueueTx(ctx context.Context, tx pgx.Tx, queue string, tasks []
 	if err != nil {
 		return nil, err
 	}
-	var missingKeys []string
-	for i, t := range tasks {
-		if out[i].Task.ID == uuid.Nil {
-			missingKeys = append(missingKeys, *t.IdempotencyKey)
+	missingKeys := skippedKeys(tasks, out)
+	if len(missingKeys) > 0 {
+		if out, err = s.retakeExpiredKeys(ctx, tx, queue, tasks, missingKeys, out, opts, schedule); err != nil {
+			return nil, err
 		}
+		missingKeys = skippedKeys(tasks, out)
 	}
 	if len(missingKeys) > 0 {
 		if err := s.matchExisting(ctx, tx, queue, tasks, missingKeys, out); err != nil {
@@ -238,12 +239,21 @@ func (s *Store) matchExisting(ctx context.Context, tx pgx.Tx, queue string, task
 	for _, t := range existing {
 		byKey[*t.IdempotencyKey] = t
 	}
+	var reserved map[string]uuid.UUID // keys whose task is gone, within their window
+	if len(byKey) < len(keys) {
+		if reserved, err = reservations(ctx, tx, queue, keys); err != nil {
+			return err
+		}
+	}
 	for i, t := range tasks {
 		if out[i].Task.ID != uuid.Nil || t.IdempotencyKey == nil {
 			continue
 		}
 		prev, ok := byKey[*t.IdempotencyKey]
 		if !ok {
+			if id, held := reserved[*t.IdempotencyKey]; held {
+				return &DuplicateRequestError{Index: i, Key: *t.IdempotencyKey, TaskID: id}
+			}
 			var exists bool
 			if err := tx.QueryRow(ctx, queueExists, queue).Scan(&exists); err != nil {
 				return err

@@ -51,9 +51,12 @@ var (
 	ErrTaskNotCancellable  = errors.New("task already finished")
 	ErrLeaseLost           = errors.New("lease is not held")
 	ErrIdempotencyConflict = errors.New("idempotency key already used by a different request")
-	ErrScheduleNotFound    = errors.New("schedule not found")
-	ErrScheduleExists      = errors.New("schedule already exists")
-	ErrWorkflowNotFound    = errors.New("workflow not found")
+	// ErrDuplicateRequest: the idempotency key's task is gone, but the queue's
+	// idempotency window still holds the key (see DuplicateRequestError).
+	ErrDuplicateRequest = errors.New("idempotency key held by a deleted task within the queue's window")
+	ErrScheduleNotFound = errors.New("schedule not found")
+	ErrScheduleExists   = errors.New("schedule already exists")
+	ErrWorkflowNotFound = errors.New("workflow not found")
 	// ErrWorkflowNotCancellable: the workflow already finished.
 	ErrWorkflowNotCancellable = errors.New("workflow already finished")
 )
@@ -97,8 +100,12 @@ type Queue struct {
 	// defaults (WithRetentionDefaults) filled in. Every read of the Store fills it;
 	// writes store RetentionSet only.
 	Retention Retention `json:"retention" db:"-"`
-	CreatedAt time.Time `json:"created_at" db:"created_at"`
-	UpdatedAt time.Time `json:"updated_at" db:"updated_at"`
+	// IdempotencyWindowMs is how long an idempotency key stays reserved after its
+	// task's creation, even once the task is deleted (0 to 30 days; nil on create:
+	// 24 h). Reads always set it.
+	IdempotencyWindowMs *int64    `json:"idempotency_window_ms" db:"idempotency_window_ms"`
+	CreatedAt           time.Time `json:"created_at" db:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at" db:"updated_at"`
 }
 
 // PushTarget is where a push queue delivers its tasks. Its JSON form is the API's

@@ -87,6 +87,8 @@ type Attempt struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// TaskID names the task that held the idempotency key of a duplicate_request.
+	TaskID string `json:"task_id,omitempty"`
 }
 
 // PollRequest is the body of POST /workers/poll.

@@ -44,3 +44,22 @@ func TestCLITaskEnqueueDebounce(t *testing.T) {
 	e.want(exitUsage, "task", "enqueue", "q", "--file", path, "--debounce-key", "doc")
 	e.want(exitUsage, "task", "enqueue", "q", "--payload", "1", "--debounce-key", "doc") // the server's 400
 }
+
+// TestCLIQueueIdempotencyWindow: queue create and update take --idempotency-window,
+// queue get shows it, and the server refuses one out of range.
+func TestCLIQueueIdempotencyWindow(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	var q client.Queue
+	e.json(&q, "queue", "create", "w", "--idempotency-window", "2h")
+	if q.IdempotencyWindowMs != 7_200_000 {
+		t.Fatalf("created %+v", q)
+	}
+	e.json(&q, "queue", "update", "w", "--idempotency-window", "0s")
+	if q.IdempotencyWindowMs != 0 {
+		t.Fatalf("updated %+v", q)
+	}
+	r := e.want(0, "queue", "get", "w")
+	contains(t, "queue get", r.stdout, "idempotency_window:", "0s")
+	e.want(exitUsage, "queue", "update", "w", "--idempotency-window", "721h")
+}

@@ -38,6 +38,7 @@ type queueFlags struct {
 	pull           bool
 	retention      [3]string // done, cancelled, dead: an age or forever
 	retentionReset bool
+	idemWindow     time.Duration
 }
 
 // retentionFlags name the three retention ages, in the order of queueFlags.retention.
@@ -62,6 +63,8 @@ func (f *queueFlags) register(cmd *cobra.Command) {
 		fs.StringVar(&f.retention[i], retentionFlags[i], "default",
 			fmt.Sprintf("how long %s tasks are kept after they finish (e.g. 7d, 36h; at least 1m), or forever", status))
 	}
+	fs.DurationVar(&f.idemWindow, "idempotency-window", 24*time.Hour,
+		"how long an idempotency key stays reserved after its task's creation, even once the task is deleted (0 to 720h)")
 	fs.BoolVar(&f.retentionReset, "retention-default", false, "put every retention age back to the server's default (--retention; dead: forever)")
 }
 
@@ -144,6 +147,9 @@ func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) 
 			return s, err
 		}
 	}
+	if changed("idempotency-window") {
+		s.IdempotencyWindow = &f.idemWindow
+	}
 	var ages client.RetentionSettings
 	agesSet := false
 	for i, age := range []*client.Nullable[time.Duration]{&ages.Done, &ages.Cancelled, &ages.Dead} {
@@ -225,6 +231,7 @@ func printQueue(w io.Writer, output string, q *client.Queue) error {
 		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
 		{"push", fmtPush(q.Push)},
 		{"retention", fmtRetention(q.Retention)},
+		{"idempotency_window", (time.Duration(q.IdempotencyWindowMs) * time.Millisecond).String()},
 		{"created_at", fmtTime(q.CreatedAt)},
 		{"updated_at", fmtTime(q.UpdatedAt)},
 	})

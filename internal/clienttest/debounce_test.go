@@ -45,3 +45,21 @@ func TestDebounce(t *testing.T) {
 		IdempotencyKey: "i"})
 	wantErr(t, err, http.StatusBadRequest, client.ErrInvalidRequest)
 }
+
+// TestIdempotencyWindowSetting: the Go SDK sets and reads a queue's idempotency
+// window (24 h by default).
+func TestIdempotencyWindowSetting(t *testing.T) {
+	t.Parallel()
+	_, c := setup(t, nil)
+	ctx := context.Background()
+	q := must[*client.Queue](t)(c.CreateQueue(ctx, "a", client.QueueSettings{}))
+	if q.IdempotencyWindowMs != 86_400_000 {
+		t.Fatalf("default window %d", q.IdempotencyWindowMs)
+	}
+	q = must[*client.Queue](t)(c.UpdateQueue(ctx, "a", client.QueueSettings{IdempotencyWindow: client.Ptr(time.Hour)}))
+	if q.IdempotencyWindowMs != 3_600_000 {
+		t.Fatalf("window %d after the update", q.IdempotencyWindowMs)
+	}
+	_, err := c.UpdateQueue(ctx, "a", client.QueueSettings{IdempotencyWindow: client.Ptr(-time.Second)})
+	wantErr(t, err, http.StatusBadRequest, client.ErrInvalidRequest)
+}

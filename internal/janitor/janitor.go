@@ -341,6 +341,14 @@ func (j *Janitor) sweepRest(ctx context.Context) (deleted int, err error) {
 	n, err = j.drain(ctx, "workers", func() (int64, error) {
 		return j.store.DeleteSilentWorkers(ctx, j.cfg.Retention, j.cfg.BatchSize, j.cfg.BatchTimeout)
 	})
+	deleted += n
+	if err != nil {
+		return deleted, err
+	}
+	// Idempotency keys reserved past their task's deletion whose window has ended.
+	n, err = j.drain(ctx, "idempotency_keys", func() (int64, error) {
+		return j.store.DeleteExpiredIdempotencyKeys(ctx, j.cfg.BatchSize)
+	})
 	return deleted + n, err
 }
 

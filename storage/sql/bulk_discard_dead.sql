@@ -1,6 +1,7 @@
 -- name: bulk_discard_dead
 -- bulk_discard_dead deletes up to $4 dead tasks of queue $1: those among $2, or any
--- when $3. Their attempts go by ON DELETE CASCADE, their idempotency keys with them.
+-- when $3. Their attempts go by ON DELETE CASCADE, their idempotency keys with them,
+-- or, within their queue's idempotency window, reserved until it ends (0021).
 --
 -- Parameters:
 --   $1 text: the queue
@@ -17,7 +18,7 @@ WITH doomed AS (
 	DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
 	RETURNING t.id, t.idempotency_key
 ), keys AS (
-	DELETE FROM idempotency_keys k USING gone
-	WHERE k.queue = $1 AND k.key = gone.idempotency_key AND k.task_id = gone.id
+	SELECT taskforge_release_idempotency_keys(array_agg($1::text), array_agg(idempotency_key), array_agg(id)) AS kept
+	FROM gone
 )
-SELECT id FROM gone
+SELECT id FROM gone WHERE (SELECT count(*) FROM keys) >= 0

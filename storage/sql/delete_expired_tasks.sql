@@ -2,7 +2,8 @@
 -- delete_expired_tasks deletes up to $4 finished plain tasks that their queue's
 -- retention for their status has passed (the queue's own age, else the default of
 -- $1..$3; NULL keeps forever); their attempts go by ON DELETE CASCADE, and their
--- idempotency keys' reservations with them. One statement for every queue: for each
+-- idempotency keys' reservations with them, or, within their queue's idempotency
+-- window, stay reserved until it ends (0021). One statement for every queue: for each
 -- queue and final status with an age, it reads that queue's oldest tasks of that
 -- status through tasks_status_list_idx (a task is created before it finishes, so
 -- created_at bounds the range). SKIP LOCKED leaves rows that another transaction
@@ -32,7 +33,7 @@ WITH ages AS (
 	WHERE a.cutoff IS NOT NULL
 	LIMIT $4
 ), keys AS (
-	DELETE FROM idempotency_keys k USING doomed
-	WHERE k.queue = doomed.queue AND k.key = doomed.idempotency_key AND k.task_id = doomed.id
+	SELECT taskforge_release_idempotency_keys(array_agg(queue), array_agg(idempotency_key), array_agg(id)) AS kept
+	FROM doomed
 )
-DELETE FROM tasks t USING doomed WHERE t.id = doomed.id
+DELETE FROM tasks t USING doomed WHERE t.id = doomed.id AND (SELECT count(*) FROM keys) >= 0

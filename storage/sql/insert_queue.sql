@@ -13,11 +13,13 @@
 --   $10 jsonb: push
 --   $11 text: push_secret
 --   $12 jsonb: retention (the queue's own settings; see migration 0019)
+--   $13 int8: idempotency_window_ms (NULL: the column's default, 24 h)
 -- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
---   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at.
+--   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms,
+--   created_at, updated_at.
 INSERT INTO queues (name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, coalesce($13::int8, 86400000))
 ON CONFLICT (name) DO NOTHING
 RETURNING name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms, created_at, updated_at

@@ -13,12 +13,14 @@
 --   $10 jsonb: the new push
 --   $11 text: the new push_secret
 --   $12 jsonb: the new retention (the queue's own settings; see migration 0019)
+--   $13 int8: the new idempotency_window_ms
 -- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
---   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at.
+--   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms,
+--   created_at, updated_at.
 UPDATE queues SET max_retries = $2, rate_limit = $3, rate_burst = $4,
 	max_concurrency = $5, backoff_base_ms = $6, backoff_max_ms = $7, paused = $8,
-	priority_aging_ms = $9, push = $10, push_secret = $11, retention = $12,
+	priority_aging_ms = $9, push = $10, push_secret = $11, retention = $12, idempotency_window_ms = $13,
 	updated_at = now()
 WHERE name = $1
 RETURNING name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, created_at, updated_at
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms, created_at, updated_at

@@ -111,6 +111,13 @@ def test_debounce_replaces_the_waiting_task(client: taskforge.Client, queue: str
         client.enqueue(queue, 5, debounce_key="doc-1", debounce_ms=1_000, idempotency_key="i")
 
 
+def test_idempotency_window_setting(client: taskforge.Client, queue: str) -> None:
+    assert client.get_queue(queue).idempotency_window_ms == 86_400_000
+    assert client.update_queue(queue, idempotency_window_ms=3_600_000).idempotency_window_ms == 3_600_000
+    with pytest.raises(taskforge.InvalidRequest):
+        client.update_queue(queue, idempotency_window_ms=-1)
+
+
 def test_get_task_wait_returns_when_the_task_finishes(client: taskforge.Client, queue: str) -> None:
     t = client.enqueue(queue, {"x": 1})
     # A wait that ends before the task does: a 200 with the unfinished task.

@@ -25,6 +25,7 @@ export type ErrorCode =
   | "schedule_exists"
   | "task_not_cancellable"
   | "idempotency_conflict"
+  | "duplicate_request"
   | "lease_lost"
   | "last_admin_token"
   | "payload_too_large"

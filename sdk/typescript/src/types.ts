@@ -34,6 +34,8 @@ export interface Queue {
   priority_aging_ms: number | null;
   /** How long finished tasks are kept, the server's defaults filled in. */
   retention: Retention;
+  /** How long an idempotency key stays reserved after its task's creation, even once the task is deleted. */
+  idempotency_window_ms: number;
   created_at: string;
   updated_at: string;
 }
@@ -57,6 +59,8 @@ export interface QueueSettings {
    * back to the server's default.
    */
   retention?: RetentionSettings | null;
+  /** 0..2,592,000,000 (30 days; default 24 h): see Queue.idempotency_window_ms. */
+  idempotency_window_ms?: number;
 }
 
 /**

@@ -122,6 +122,9 @@ test("debounce: a second enqueue with the key replaces the waiting task; bad com
   await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1" }), "invalid_request", 400);
   await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1", debounce_ms: 1_000, idempotency_key: "i" }), "invalid_request", 400);
   await rejectsWith(client.enqueue(q, { payload: 5, debounce_key: "doc-1", debounce_ms: 1_000, debounce_max_ms: 999 }), "invalid_request", 400);
+  assert.equal((await client.getQueue(q)).idempotency_window_ms, 86_400_000);
+  assert.equal((await client.updateQueue(q, { idempotency_window_ms: 3_600_000 })).idempotency_window_ms, 3_600_000);
+  await rejectsWith(client.updateQueue(q, { idempotency_window_ms: -1 }), "invalid_request", 400);
 });
 
 test("minimal answers: enqueueBatchMinimal returns the ids in order; ackBatchMinimal acks without tasks, a stale lease is lease_lost", async () => {

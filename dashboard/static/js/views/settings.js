@@ -19,6 +19,7 @@ const fields = [
   { name: 'backoff_base_ms', label: 'Backoff base (ms)', hint: 'Delay before the first retry; doubles each time.', int: true, min: '0' },
   { name: 'backoff_max_ms', label: 'Backoff max (ms)', hint: 'Longest delay between retries.', int: true, min: '1' },
   { name: 'priority_aging_ms', label: 'Priority aging (ms)', hint: 'Waiting this long counts as one priority level. Empty: strict priority.', optional: true, int: true, min: '1', placeholder: 'strict' },
+  { name: 'idempotency_window_ms', scale: hourMs, label: 'Idempotency window (hours)', hint: 'How long an idempotency key stays reserved after its task was created, even once the task is deleted (0 to 720).', step: 'any', min: '0', max: '720' },
   { name: 'retention_done', group: 'retention', key: 'done_ms', scale: hourMs, label: 'Keep done (hours)', hint: retentionHint('done'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
   { name: 'retention_cancelled', group: 'retention', key: 'cancelled_ms', scale: hourMs, label: 'Keep cancelled (hours)', hint: retentionHint('cancelled'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
   { name: 'retention_dead', group: 'retention', key: 'dead_ms', scale: hourMs, label: 'Keep dead (hours)', hint: retentionHint('dead'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },

@@ -13,6 +13,7 @@ from .errors import (
     Conflict,
     Forbidden,
     IdempotencyConflict,
+    DuplicateRequest,
     Internal,
     InvalidRequest,
     LeaseExpired,
@@ -67,7 +68,7 @@ __all__ = [
     "PollResult", "AckResult", "LeaseState", "LeaseResult", "WorkerInfo", "TERMINAL",
     "TaskForgeError", "APIError", "InvalidRequest", "Unauthorized", "Forbidden", "NotFound", "QueueNotFound",
     "TaskNotFound", "ScheduleNotFound", "MethodNotAllowed", "Conflict", "QueueExists", "QueueNotEmpty",
-    "ScheduleExists", "TaskNotCancellable", "IdempotencyConflict", "LeaseLost", "PayloadTooLarge", "RateLimited",
+    "ScheduleExists", "TaskNotCancellable", "IdempotencyConflict", "DuplicateRequest", "LeaseLost", "PayloadTooLarge", "RateLimited",
     "Internal", "Unavailable", "RetryableError", "PermanentError", "Snooze", "StopReason", "TaskCancelled",
     "LeaseExpired", "TaskTimedOut", "WorkerStopping",
 ]

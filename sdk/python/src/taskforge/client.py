@@ -106,6 +106,7 @@ class Client:
         paused: bool | None = None,
         priority_aging_ms: int | None = None,
         retention: dict[str, int | None] | None = None,
+        idempotency_window_ms: int | None = None,
     ) -> Queue:
         """Creates a queue (409 :class:`QueueExists` when the name is taken).
         Unset settings take the server's defaults. ``retention`` sets ages among
@@ -115,7 +116,7 @@ class Client:
             max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
             max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
-            retention=retention,
+            retention=retention, idempotency_window_ms=idempotency_window_ms,
         ).items() if v is not None}}
         return Queue.from_json(self._t.request("POST", "/queues", body=body).body)
 
@@ -140,6 +141,7 @@ class Client:
         paused: bool | _Unset = UNSET,
         priority_aging_ms: int | None | _Unset = UNSET,
         retention: dict[str, int | None] | None | _Unset = UNSET,
+        idempotency_window_ms: int | _Unset = UNSET,
     ) -> Queue:
         """Changes the settings given; None clears an optional limit. ``retention``
         changes the ages it names (None = forever) and keeps the others;
@@ -147,7 +149,7 @@ class Client:
         body = _fields(max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
                        max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
                        backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
-                       retention=retention)
+                       retention=retention, idempotency_window_ms=idempotency_window_ms)
         return Queue.from_json(self._t.request("PATCH", f"/queues/{_q(name)}", body=body).body)
 
     def delete_queue(self, name: str) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "ScheduleExists",
     "TaskNotCancellable",
     "IdempotencyConflict",
+    "DuplicateRequest",
     "LeaseLost",
     "PayloadTooLarge",
     "RateLimited",
@@ -115,6 +116,11 @@ class IdempotencyConflict(Conflict):
     """409 ``idempotency_conflict``: the key was used with a different request."""
 
 
+class DuplicateRequest(Conflict):
+    """409 ``duplicate_request``: the key's task is gone, but the queue's
+    ``idempotency_window_ms`` still holds the key (the message names the task)."""
+
+
 class LeaseLost(Conflict):
     """409 ``lease_lost``: this worker no longer holds the task's lease."""
 
@@ -151,6 +157,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "schedule_exists": ScheduleExists,
     "task_not_cancellable": TaskNotCancellable,
     "idempotency_conflict": IdempotencyConflict,
+    "duplicate_request": DuplicateRequest,
     "lease_lost": LeaseLost,
     "payload_too_large": PayloadTooLarge,
     "rate_limited": RateLimited,

@@ -71,6 +71,7 @@ class Queue:
     priority_aging_ms: int | None = None
     #: How long finished tasks are kept, the server's defaults filled in.
     retention: Retention | None = None
+    idempotency_window_ms: int = 86_400_000
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
