@@ -255,6 +255,7 @@ export function tasks() {
       ['Lease expires', t.lease_expires_at ? timeCell(t.lease_expires_at) : '—'],
       ['Timeout', t.timeout_seconds ? fmt.duration(t.timeout_seconds) : 'none'],
       ['Idempotency key', t.idempotency_key ? h('span', { class: 'mono', text: t.idempotency_key }) : '—'],
+      ['Debounce key', t.debounce_key ? h('span', { class: 'mono', text: `${t.debounce_key} (replaced ${t.debounced || 0}×)` }) : '—'],
       ['Replayed from', t.replayed_from ? h('a', { class: 'mono', href: hashLink('tasks', { queue: t.queue, task: t.replayed_from }), text: t.replayed_from }) : '—'],
       ['Replays', t.replay_count ? `${t.replay_count} (last ${fmt.time(t.replayed_at)})` : '0'],
     ];
