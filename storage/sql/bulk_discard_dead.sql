@@ -1,7 +1,7 @@
 -- name: bulk_discard_dead
 -- bulk_discard_dead deletes up to $4 dead tasks of queue $1: those among $2, or any
 -- when $3. Their attempts go by ON DELETE CASCADE, their idempotency keys with them,
--- or, within their queue's idempotency window, reserved until it ends (0021).
+-- or, within their queue's idempotency window, reserved until it ends (0022).
 --
 -- Parameters:
 --   $1 text: the queue

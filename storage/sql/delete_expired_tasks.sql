@@ -3,7 +3,7 @@
 -- retention for their status has passed (the queue's own age, else the default of
 -- $1..$3; NULL keeps forever); their attempts go by ON DELETE CASCADE, and their
 -- idempotency keys' reservations with them, or, within their queue's idempotency
--- window, stay reserved until it ends (0021). One statement for every queue: for each
+-- window, stay reserved until it ends (0022). One statement for every queue: for each
 -- queue and final status with an age, it reads that queue's oldest tasks of that
 -- status through tasks_status_list_idx (a task is created before it finishes, so
 -- created_at bounds the range). SKIP LOCKED leaves rows that another transaction

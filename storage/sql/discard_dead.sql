@@ -1,6 +1,6 @@
 -- name: discard_dead
 -- discard_dead deletes a dead task, and its idempotency key's reservation, or, within
--- its queue's idempotency window, keeps the key reserved until the window ends (0021).
+-- its queue's idempotency window, keeps the key reserved until the window ends (0022).
 --
 -- Parameters:
 --   $1 text: the queue

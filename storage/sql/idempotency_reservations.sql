@@ -1,6 +1,6 @@
 -- name: idempotency_reservations
 -- idempotency_reservations reads the keys of a queue that are reserved past their
--- task's deletion (migration 0021) and still within their window: a repeat of one of
+-- task's deletion (migration 0022) and still within their window: a repeat of one of
 -- them is a duplicate_request naming task_id.
 --
 -- Parameters:

@@ -1,4 +1,4 @@
--- 0021: idempotency windows.
+-- 0022: idempotency windows.
 --
 -- A queue's idempotency_window_ms (0 to 30 days; default 24 h) keeps an idempotency
 -- key reserved until its row's created_at (the task's creation) + the window, even when
