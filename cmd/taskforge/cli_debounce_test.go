@@ -60,6 +60,6 @@ func TestCLIQueueIdempotencyWindow(t *testing.T) {
 		t.Fatalf("updated %+v", q)
 	}
 	r := e.want(0, "queue", "get", "w")
-	contains(t, "queue get", r.stdout, "idempotency_window:", "0s")
+	contains(t, "queue get", r.stdout, "key_window:", "0s")
 	e.want(exitUsage, "queue", "update", "w", "--idempotency-window", "721h")
 }

@@ -231,7 +231,7 @@ func printQueue(w io.Writer, output string, q *client.Queue) error {
 		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
 		{"push", fmtPush(q.Push)},
 		{"retention", fmtRetention(q.Retention)},
-		{"idempotency_window", (time.Duration(q.IdempotencyWindowMs) * time.Millisecond).String()},
+		{"key_window", (time.Duration(q.IdempotencyWindowMs) * time.Millisecond).String()},
 		{"created_at", fmtTime(q.CreatedAt)},
 		{"updated_at", fmtTime(q.UpdatedAt)},
 	})
