@@ -109,19 +109,18 @@ func TestDebounceRaceOnTwoStoresEndsWithOneTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	a := testenv.NewStore(t)
-	b := storage.New(a.Pool(), storage.WithHotPool(a.HotPool()))
+	// b is a second replica: pools of its own on the same database.
 	pool2, err := storage.Connect(ctx, a.Pool().Config().ConnString(), 8)
-	if err == nil {
-		t.Cleanup(pool2.Close)
-		hot2, err2 := storage.Connect(ctx, a.Pool().Config().ConnString(), 8, storage.HotPathSettings())
-		if err2 != nil {
-			t.Fatal(err2)
-		}
-		t.Cleanup(hot2.Close)
-		b = storage.New(pool2, storage.WithHotPool(hot2))
-	} else {
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(pool2.Close)
+	hot2, err := storage.Connect(ctx, a.Pool().Config().ConnString(), 8, storage.HotPathSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hot2.Close)
+	b := storage.New(pool2, storage.WithHotPool(hot2))
 	if _, err := a.CreateQueue(ctx, storage.Queue{Name: "q", MaxRetries: 2}); err != nil {
 		t.Fatal(err)
 	}
