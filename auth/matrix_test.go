@@ -127,6 +127,7 @@ var matrixCases = map[string]routeCase{
 		return request{path: "/workers/release", body: map[string]any{"worker_id": "fixture", "task_id": id, "lease_token": lease}}
 	}},
 	"GET /workers": {admin, 200, get("/workers")},
+	"GET /history": {admin, 200, get("/history")},
 
 	"POST /workflows": {producer, 201, post("/workflows", map[string]any{"steps": []any{
 		map[string]any{"step": "a", "queue": "mq", "payload": 1}}})},

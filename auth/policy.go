@@ -82,6 +82,7 @@ var rules = map[string]Rule{
 	"POST /workers/release":         {Role: RoleWorker},
 	"GET /workers":                  {Role: RoleAdmin},
 	"GET /audit":                    {Role: RoleAdmin},
+	"GET /history":                  {Role: RoleAdmin},
 
 	// Schedules name no queue in the path (their :name is the schedule's): admin only.
 	"POST /schedules":               {Role: RoleAdmin, Audit: true},
