@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -94,23 +93,7 @@ func (s *Store) historyDays(ctx context.Context, what, sql string, args ...any) 
 // day, whole with all their tasks, in one transaction bounded by timeout, and
 // returns how many it deleted: a workflow leaves whole before its day does.
 func (s *Store) DeleteHistoryDayWorkflows(ctx context.Context, day HistoryDay, limit int, timeout time.Duration) (int64, error) {
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, setRetentionTimeouts, strconv.FormatInt(max(ms(timeout), 1), 10)); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, historyDayWorkflows, day.Status, day.Day, day.End(), limit)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		tag, err := tx.Exec(ctx, deleteWorkflows, ids)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := s.deleteWorkflowsWhole(ctx, timeout, historyDayWorkflows, day.Status, day.Day, day.End(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("delete workflows of %s history of %s: %w", day.Status, day.Day.Format(time.DateOnly), err)
 	}

@@ -562,12 +562,24 @@ func (s *Store) resumeTx(ctx context.Context, tx pgx.Tx, deadID uuid.UUID) (Task
 // how many workflows it deleted. A workflow goes whole or not at all. The
 // transaction is bounded by timeout.
 func (s *Store) DeleteExpiredWorkflows(ctx context.Context, defaults Retention, limit int, timeout time.Duration) (int64, error) {
+	n, err := s.deleteWorkflowsWhole(ctx, timeout, expiredWorkflows, defaults.DoneMs, defaults.CancelledMs, defaults.DeadMs, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired workflows: %w", err)
+	}
+	return n, nil
+}
+
+// deleteWorkflowsWhole runs selectIDs (a statement answering workflow ids) with args
+// and deletes those workflows whole, in one transaction bounded by timeout on the
+// server, and returns how many it deleted. Retention's two ways out of a finished
+// workflow (its queue's ages, its history day) share it.
+func (s *Store) deleteWorkflowsWhole(ctx context.Context, timeout time.Duration, selectIDs string, args ...any) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, setRetentionTimeouts, strconv.FormatInt(max(ms(timeout), 1), 10)); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, expiredWorkflows, defaults.DoneMs, defaults.CancelledMs, defaults.DeadMs, limit)
+		rows, err := tx.Query(ctx, selectIDs, args...)
 		if err != nil {
 			return err
 		}
@@ -579,8 +591,5 @@ func (s *Store) DeleteExpiredWorkflows(ctx context.Context, defaults Retention, 
 		n = tag.RowsAffected()
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("delete expired workflows: %w", err)
-	}
-	return n, nil
+	return n, err
 }
