@@ -147,7 +147,7 @@ func BenchmarkClaimAck(b *testing.B) {
 					ids = append(ids, dispatchAll(b, s)...)
 					b.StartTimer()
 				}
-				claimed, err := s.ClaimTasks(ctx, ids[:size], "bench", 30*time.Second)
+				claimed, err := testenv.Claim(ctx, s, ids[:size], "bench", 30*time.Second)
 				ids = ids[size:]
 				if err != nil || len(claimed) != size {
 					b.Fatalf("claimed %d of %d: %v", len(claimed), size, err)
@@ -188,7 +188,7 @@ func BenchmarkClaimAckBatch(b *testing.B) {
 			refillCPU += postgresCPU(b) - before
 			b.StartTimer()
 		}
-		claimed, err := s.ClaimTasks(ctx, ids[:size], "bench", 30*time.Second)
+		claimed, err := testenv.Claim(ctx, s, ids[:size], "bench", 30*time.Second)
 		ids = ids[size:]
 		if err != nil || len(claimed) != size {
 			b.Fatalf("claimed %d of %d: %v", len(claimed), size, err)

@@ -86,7 +86,7 @@ func (r *rig) claim(id uuid.UUID) storage.Task {
 	if _, err := r.s.DispatchDue(ctx, "q", 100, 1<<40); err != nil {
 		r.t.Fatal(err)
 	}
-	claimed, err := r.s.ClaimTasks(ctx, []uuid.UUID{id}, worker, lease)
+	claimed, err := testenv.Claim(ctx, r.s, []uuid.UUID{id}, worker, lease)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -35,7 +36,7 @@ func TestHotPathStatementsCountThemselves(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM tasks`).Scan(&ids); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := s.ClaimTasks(ctx, ids, "w", time.Minute)
+	claimed, err := testenv.Claim(ctx, s, ids, "w", time.Minute)
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claimed %d of 3: %v", len(claimed), err)
 	}
@@ -120,7 +121,7 @@ func TestAckPlainRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := s.ClaimTasks(ctx, []uuid.UUID{enq[0].Task.ID, enq[1].Task.ID}, "w", time.Minute)
+	claimed, err := testenv.Claim(ctx, s, []uuid.UUID{enq[0].Task.ID, enq[1].Task.ID}, "w", time.Minute)
 	if err != nil || len(claimed) != 2 {
 		t.Fatalf("claimed %d of 2: %v", len(claimed), err)
 	}

@@ -43,29 +43,6 @@ func (s *Store) NextDue(ctx context.Context, after time.Time) (time.Duration, bo
 	return time.Duration(*wait * float64(time.Second)), true, nil
 }
 
-// ClaimTasks gives workerID a lease of the given length on each of ids that is still
-// claimable, records the new attempts, and returns the claimed tasks (LeaseToken and
-// LeaseExpiresAt set) in the order of ids. Ids that are no longer claimable are
-// left out.
-func (s *Store) ClaimTasks(ctx context.Context, ids []uuid.UUID, workerID string, lease time.Duration) ([]Task, error) {
-	items := make([]ClaimItem, len(ids))
-	for i, id := range ids {
-		items[i] = ClaimItem{TaskID: id, WorkerID: workerID}
-	}
-	byID, err := s.ClaimMany(ctx, items, lease)
-	if err != nil {
-		return nil, err
-	}
-	claimed := make([]Task, 0, len(byID))
-	for _, id := range ids {
-		if t, ok := byID[id]; ok {
-			claimed = append(claimed, t)
-			delete(byID, id)
-		}
-	}
-	return claimed, nil
-}
-
 // ClaimItem asks for one buffered task on behalf of one worker.
 type ClaimItem struct {
 	TaskID   uuid.UUID

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -87,7 +88,7 @@ func TestTaskQueueIsCheckedLikeAForeignKey(t *testing.T) {
 
 	// Deleting a queue deletes its tasks and their attempts.
 	ids := dispatchAll(t, store)
-	if _, err := store.ClaimTasks(ctx, ids[:1], "w", time.Minute); err != nil {
+	if _, err := testenv.Claim(ctx, store, ids[:1], "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `DELETE FROM queues WHERE name = 'q'`); err != nil {

@@ -80,9 +80,6 @@ func (s RetentionSettings) column() RetentionSettings {
 // DefaultDoneRetention and dead ones forever.
 func WithRetentionDefaults(r Retention) Option { return func(s *Store) { s.retention = r } }
 
-// RetentionDefaults returns the retention of queues that set none themselves.
-func (s *Store) RetentionDefaults() Retention { return s.retention }
-
 // resolved returns q with its effective retention filled in.
 func (s *Store) resolved(q Queue) Queue {
 	q.Retention = q.RetentionSet.Resolve(s.retention)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -35,7 +36,7 @@ func TestJSONColumnsReadBackAsSent(t *testing.T) {
 		}
 	}
 	ids := dispatchAll(t, s)
-	claimed, err := s.ClaimTasks(ctx, ids, "w", 30*time.Second)
+	claimed, err := testenv.Claim(ctx, s, ids, "w", 30*time.Second)
 	if err != nil || len(claimed) != len(payloads) {
 		t.Fatalf("claimed %d: %v", len(claimed), err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -664,7 +665,7 @@ func TestCancelTransitions(t *testing.T) {
 				if got, err := r.s.DispatchDue(ctx, "q", 100, 1<<40); err != nil || len(got) != 0 {
 					t.Errorf("dispatch after the cancel: %v, %v", got, err)
 				}
-				if got, err := r.s.ClaimTasks(ctx, []uuid.UUID{id}, worker, lease); err != nil || len(got) != 0 {
+				if got, err := testenv.Claim(ctx, r.s, []uuid.UUID{id}, worker, lease); err != nil || len(got) != 0 {
 					t.Errorf("claim after the cancel: %v, %v", got, err)
 				}
 			}

@@ -55,7 +55,7 @@ func claimAll(t *testing.T, s *storage.Store, queue, worker string) []storage.Ta
 	for i, d := range due {
 		ids[i] = d.ID
 	}
-	claimed, err := s.ClaimTasks(ctx, ids, worker, time.Minute)
+	claimed, err := testenv.Claim(ctx, s, ids, worker, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func executing(t *testing.T, n, maxRetries int, lease time.Duration) *storage.St
 	for i, d := range due {
 		ids[i] = d.ID
 	}
-	if claimed, err := s.ClaimTasks(ctx, ids, "crashed", lease); err != nil || len(claimed) != n {
+	if claimed, err := testenv.Claim(ctx, s, ids, "crashed", lease); err != nil || len(claimed) != n {
 		t.Fatalf("claim: %d %v", len(claimed), err)
 	}
 	return s

@@ -55,7 +55,7 @@ func claim(t *testing.T, s *storage.Store, queue string, n int, lease time.Durat
 	for i, d := range due {
 		ids[i] = d.ID
 	}
-	claimed, err := s.ClaimTasks(ctx, ids, "w", lease)
+	claimed, err := testenv.Claim(ctx, s, ids, "w", lease)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,9 @@ package testenv
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
@@ -29,4 +32,26 @@ func NewStore(tb testing.TB) *storage.Store {
 	}
 	tb.Cleanup(hot.Close)
 	return storage.New(pool, storage.WithHotPool(hot))
+}
+
+// Claim gives workerID a lease on each of ids that is still claimable, as a poll
+// would (storage.Store.ClaimMany), and returns the claimed tasks in the order of ids;
+// ids that are no longer claimable are left out.
+func Claim(ctx context.Context, s *storage.Store, ids []uuid.UUID, workerID string, lease time.Duration) ([]storage.Task, error) {
+	items := make([]storage.ClaimItem, len(ids))
+	for i, id := range ids {
+		items[i] = storage.ClaimItem{TaskID: id, WorkerID: workerID}
+	}
+	byID, err := s.ClaimMany(ctx, items, lease)
+	if err != nil {
+		return nil, err
+	}
+	claimed := make([]storage.Task, 0, len(byID))
+	for _, id := range ids {
+		if t, ok := byID[id]; ok {
+			claimed = append(claimed, t)
+			delete(byID, id)
+		}
+	}
+	return claimed, nil
 }
