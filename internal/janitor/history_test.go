@@ -2,6 +2,7 @@ package janitor_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/internal/janitor"
+	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -52,9 +54,11 @@ func historyClock(t *testing.T, at time.Time) (*pgxpool.Pool, *storage.Store) {
 }
 
 // TestExpiredDaysOfHistoryAreDropped: a day that every queue's retention has passed
-// leaves by dropping its partitions, tasks and attempts together, with the keys of
-// its tasks; the tally stays exact and no dead row is left behind. Dead tasks, kept
-// forever by default, stay, and so does a day still inside the retention.
+// leaves by dropping its partitions, tasks and attempts together; the keys of its
+// tasks stay reserved for their window, which the clock, 7 days ahead, has passed,
+// so the same sweep frees them. The tally stays exact and no dead row is left
+// behind. Dead tasks, kept forever by default, stay, and so does a day still inside
+// the retention.
 func TestExpiredDaysOfHistoryAreDropped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -76,13 +80,22 @@ func TestExpiredDaysOfHistoryAreDropped(t *testing.T) {
 	var sweeps []janitor.Sweep
 	j := janitor.New(store, store, janitor.Config{OnSweep: func(s janitor.Sweep) { sweeps = append(sweeps, s) }}, quiet)
 	var batches []janitor.Batch
-	j.OnBatch = func(b janitor.Batch) { batches = append(batches, b) }
+	freed := 0
+	j.OnBatch = func(b janitor.Batch) {
+		batches = append(batches, b)
+		if b.Table == "idempotency_keys" {
+			freed += b.Deleted
+		}
+	}
 	deleted, err := j.SweepOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if deleted != 540 {
-		t.Errorf("deleted %d tasks, want the 540 done and cancelled of yesterday", deleted)
+	if deleted != 540+60 {
+		t.Errorf("deleted %d rows, want the 540 done and cancelled tasks of yesterday and their 60 keys", deleted)
+	}
+	if freed != 60 {
+		t.Errorf("the sweep freed %d reserved keys, want the 60 of yesterday's done and cancelled tasks", freed)
 	}
 	for _, table := range []string{"task_history_done" + yday, "attempt_history_done" + yday,
 		"task_history_cancelled" + yday, "attempt_history_cancelled" + yday} {
@@ -189,8 +202,98 @@ func TestShorterRetentionDeletesInBatches(t *testing.T) {
 	if got := count(t, pool, `SELECT count(*) FROM attempt_history a WHERE NOT EXISTS (SELECT 1 FROM task_history t WHERE t.id = a.task_id)`); got != 0 {
 		t.Errorf("%d attempts of deleted tasks left", got)
 	}
+	// The keys of the deleted tasks stay reserved for the queue's window (24 h by
+	// default) from their creation.
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys k WHERE k.reserved_until = k.created_at + interval '1 day'
+		AND NOT EXISTS (SELECT 1 FROM all_tasks t WHERE t.id = k.task_id)`); got != 20 {
+		t.Errorf("%d keys of deleted tasks reserved for their window, want 20", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys`); got != 20 {
+		t.Errorf("%d keys left, want the 20 reserved", got)
+	}
+}
+
+// TestHistoryKeepsKeysForTheirWindow: the tasks that leave history, by a shorter
+// retention's batch or with their day's partitions, keep their idempotency keys
+// reserved until their creation + their queue's window (a window of 0 keeps
+// nothing); once a sweep's clock passes the window the keys are deleted, and an
+// enqueue with one creates a new task.
+func TestHistoryKeepsKeysForTheirWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t) // the database's clock
+	yesterday := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
+	// q keeps keys 7 days, other none; both keep done tasks an hour, and queue long
+	// 30 days, so that yesterday's day stays and q's and other's tasks leave in batches.
+	exec(t, pool, `UPDATE queues SET retention = '{"done_ms": 3600000}',
+		idempotency_window_ms = CASE name WHEN 'q' THEN 604800000 ELSE 0 END`)
+	exec(t, pool, `INSERT INTO queues (name, retention) VALUES ('long', '{"done_ms": 2592000000}')`)
+	insertHistory(t, pool, "q", "done", 10, yesterday.Add(2*time.Hour), 4, nil)
+	insertHistory(t, pool, "other", "done", 10, yesterday.Add(2*time.Hour), 3, nil)
+	insertHistory(t, pool, "long", "done", 1, yesterday.Add(3*time.Hour), 0, nil)
+	reserved := func() int {
+		return count(t, pool, `SELECT count(*) FROM idempotency_keys k WHERE k.queue = 'q'
+			AND k.reserved_until = k.created_at + interval '7 days'
+			AND NOT EXISTS (SELECT 1 FROM all_tasks t WHERE t.id = k.task_id)`)
+	}
+	var key string
+	var first uuid.UUID
+	if err := pool.QueryRow(ctx, `SELECT key, task_id FROM idempotency_keys WHERE queue = 'q' LIMIT 1`).Scan(&key, &first); err != nil {
+		t.Fatal(err)
+	}
+	keyed := func() storage.NewTask {
+		return storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: []byte(`{}`), Priority: 1,
+			IdempotencyKey: &key, Fingerprint: []byte("f")}
+	}
+	j := janitor.New(store, store, janitor.Config{BatchSize: 3}, quiet)
+	if n, err := j.SweepOnce(ctx); err != nil || n != 20 {
+		t.Fatalf("batch sweep deleted %d, %v; want q's and other's 20 tasks", n, err)
+	}
+	if got := reserved(); got != 4 {
+		t.Errorf("after the batches, %d of q's keys reserved for the window, want 4", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys`); got != 4 {
+		t.Errorf("after the batches, %d keys, want q's 4 (other's window is 0)", got)
+	}
+	var dup *storage.DuplicateRequestError
+	if _, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed()}, nil); !errors.As(err, &dup) || dup.TaskID != first {
+		t.Fatalf("enqueue with a reserved key: %v, want duplicate_request naming %s", err, first)
+	}
+
+	// Queue long lets its day go: the day leaves whole, its q tasks' keys reserved.
+	exec(t, pool, `UPDATE queues SET retention = '{"done_ms": 3600000}' WHERE name = 'long'`)
+	insertHistory(t, pool, "q", "done", 5, yesterday.Add(4*time.Hour), 5, nil)
+	var dropped []janitor.Batch
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Dropped && b.Deleted > 0 {
+			dropped = append(dropped, b)
+		}
+	}
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 1 || dropped[0].Deleted != 6 {
+		t.Fatalf("dropped %+v, want yesterday's done day with q's 5 tasks and long's 1", dropped)
+	}
+	if got := reserved(); got != 9 {
+		t.Errorf("after the drop, %d of q's keys reserved for the window, want 9", got)
+	}
+
+	// Eight days on, the window has passed: a sweep deletes the keys, and the key
+	// makes a new task again.
+	clock := &testenv.Clock{}
+	later := testenv.Clocked(store, clock)
+	clock.SetAhead(t, store, 8*day)
+	j = janitor.New(later, later, janitor.Config{BatchSize: 3}, quiet)
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys`); got != 0 {
-		t.Errorf("%d keys of deleted tasks left", got)
+		t.Fatalf("%d keys left after their window", got)
+	}
+	again, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed()}, nil)
+	if err != nil || len(again) != 1 || !again[0].Created || again[0].Task.ID == first {
+		t.Fatalf("enqueue after the window: %+v, %v; want a new task", again, err)
 	}
 }
 

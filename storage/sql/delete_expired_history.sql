@@ -3,11 +3,11 @@
 -- queue's retention for their status has passed while some other queue keeps that
 -- status longer (the queue's own age, else the default of $1..$3; NULL keeps
 -- forever): what every queue lets go leaves with its day partition instead
--- (expired_history_days). Their attempts and their idempotency keys' reservations go
--- with them. One statement for every queue; each (queue, status) reads its oldest
--- tasks through task_history_list_idx (a task is created before it finishes, so
--- created_at bounds the range). SKIP LOCKED leaves rows that another transaction
--- holds to a later batch.
+-- (expired_history_days). Their attempts go with them; their idempotency keys too,
+-- or, within their queue's idempotency window, stay reserved until it ends (0022).
+-- One statement for every queue; each (queue, status) reads its oldest tasks through
+-- task_history_list_idx (a task is created before it finishes, so created_at bounds
+-- the range). SKIP LOCKED leaves rows that another transaction holds to a later batch.
 --
 -- Parameters:
 --   $1 int8: the default retention of done tasks in ms (NULL = forever)
@@ -38,11 +38,11 @@ WITH ages AS (
 	) x
 	LIMIT $4
 ), keys AS (
-	DELETE FROM idempotency_keys k USING doomed d
-	WHERE k.queue = d.queue AND k.key = d.idempotency_key AND k.task_id = d.id
+	SELECT taskforge_release_idempotency_keys(array_agg(queue), array_agg(idempotency_key), array_agg(id)) AS kept
+	FROM doomed
 ), attempts AS (
 	DELETE FROM attempt_history a USING doomed d
 	WHERE a.task_id = d.id AND a.task_status = d.status AND a.task_finished_at = d.finished_at
 )
 DELETE FROM task_history t USING doomed d
-WHERE t.id = d.id AND t.status = d.status AND t.finished_at = d.finished_at
+WHERE t.id = d.id AND t.status = d.status AND t.finished_at = d.finished_at AND (SELECT count(*) FROM keys) >= 0

@@ -1,6 +1,7 @@
 -- name: drop_detached_history
 -- drop_detached_history drops every detached day of history, counted out of the
--- tally, with its idempotency keys' reservations (see migration 0021).
+-- tally; its tasks' idempotency keys go too, or, within their queue's idempotency
+-- window, stay reserved until it ends (see migrations 0021 and 0024).
 --
 -- Parameters: none.
 -- Returns: status, day, tasks.
