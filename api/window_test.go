@@ -148,3 +148,45 @@ func TestIdempotencyWindowBadInput(t *testing.T) {
 	}
 	s.Must(http.StatusNotFound, "GET", "/queues/r", nil)
 }
+
+// TestIdempotencyWindowBulkDiscardAndQueueDelete: the keys of tasks discarded from the
+// DLQ in bulk, by ids or all at once, stay reserved for the window like a single
+// discard's; deleting the queue (which holds no unfinished or dead task then) frees
+// its keys, reserved or of its done tasks: a queue made again under its name starts
+// with none.
+func TestIdempotencyWindowBulkDiscardAndQueueDelete(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.Must(http.StatusCreated, "POST", "/queues", map[string]any{"name": "q"})
+	a, b := deadTask(t, s, "q", "bulk-a"), deadTask(t, s, "q", "bulk-b")
+	var out struct {
+		Discarded int `json:"discarded"`
+	}
+	s.Must(http.StatusOK, "DELETE", "/queues/q/dlq", map[string]any{"ids": []string{a.ID}}).JSON(t, &out)
+	if out.Discarded != 1 {
+		t.Fatalf("discard by ids: %+v", out)
+	}
+	s.Must(http.StatusOK, "DELETE", "/queues/q/dlq", map[string]any{"all": true}).JSON(t, &out)
+	if out.Discarded != 1 {
+		t.Fatalf("discard all: %+v", out)
+	}
+	duplicateOf(t, s.Do("POST", "/queues/q/tasks", map[string]any{"payload": 1, "idempotency_key": "bulk-a", "max_retries": 0}), a.ID)
+	duplicateOf(t, s.Do("POST", "/queues/q/tasks", map[string]any{"payload": 1, "idempotency_key": "bulk-b", "max_retries": 0}), b.ID)
+	live := s.Enqueue("q", map[string]any{"payload": 1, "idempotency_key": "live"})
+	polled := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(polled) != 1 || polled[0].ID != live.ID {
+		t.Fatalf("polled %+v, want %s", polled, live.ID)
+	}
+	s.Must(http.StatusOK, "POST", "/workers/ack", map[string]any{"worker_id": "w", "task_id": live.ID, "lease_token": polled[0].LeaseToken})
+	s.Must(http.StatusOK, "POST", "/queues/q/tasks", map[string]any{"payload": 1, "idempotency_key": "live"})
+
+	s.Must(http.StatusNoContent, "DELETE", "/queues/q", nil)
+	s.Must(http.StatusCreated, "POST", "/queues", map[string]any{"name": "q"})
+	for _, key := range []string{"bulk-a", "bulk-b", "live"} {
+		var task testserver.Task
+		s.Must(http.StatusCreated, "POST", "/queues/q/tasks", map[string]any{"payload": 1, "idempotency_key": key}).JSON(t, &task)
+		if task.ID == a.ID || task.ID == b.ID || task.ID == live.ID {
+			t.Fatalf("key %s: the old task %s came back", key, task.ID)
+		}
+	}
+}

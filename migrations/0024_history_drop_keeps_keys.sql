@@ -3,12 +3,13 @@
 --
 -- 0021's taskforge_drop_detached_history deleted the keys of the tasks it dropped, so
 -- a producer retrying within the window created the work again once its task's day
--- had been dropped. It now hands them to taskforge_release_idempotency_keys, the one
--- function that decides what becomes of a key when its task goes: reserved until its
--- row's created_at + the queue's window when that is still to come, deleted otherwise
--- (and with its queue gone). One set-based call per dropped day, reading the detached
--- table once, as the DELETE it replaces did; a day of 1,000,000 tasks with 100,000
--- keys still drops in well under a second (docs/benchmarks.md).
+-- had been dropped. It now applies taskforge_release_idempotency_keys' rule, which
+-- decides what becomes of a key when its task goes: reserved until its row's
+-- created_at + the queue's window when that is still to come, deleted otherwise (and
+-- with its queue gone). One set-based statement per dropped day, reading the detached
+-- table once, as the DELETE it replaces did. A key whose window has passed costs what
+-- it did (a delete); one still reserved costs an update of its row (docs/benchmarks.md
+-- has both).
 CREATE OR REPLACE FUNCTION taskforge_drop_detached_history()
 RETURNS TABLE (dropped_status text, dropped_day date, dropped_tasks bigint)
 LANGUAGE plpgsql AS $$
@@ -30,8 +31,21 @@ BEGIN
             'ins AS (INSERT INTO queue_tally_delta (queue, metric, bucket, delta) '
             'SELECT queue, status, ''-infinity'', -n FROM c) '
             'SELECT coalesce(sum(n), 0)::bigint FROM c', t.name) INTO STRICT dropped_tasks;
-        EXECUTE format('SELECT taskforge_release_idempotency_keys(array_agg(queue), array_agg(idempotency_key), '
-            'array_agg(id)) FROM %I WHERE idempotency_key IS NOT NULL', t.name);
+        -- taskforge_release_idempotency_keys' rule, joined to the day's table whole
+        -- (a hash join, not one probe per key from an array); keys already reserved
+        -- (a release that ran before a crash) keep their end.
+        EXECUTE format('WITH gone AS ('
+            'SELECT k.queue, k.key, k.created_at + q.idempotency_window_ms * interval ''1 millisecond'' AS until '
+            'FROM %I t JOIN idempotency_keys k ON k.queue = t.queue AND k.key = t.idempotency_key AND k.task_id = t.id '
+            'LEFT JOIN queues q ON q.name = t.queue '
+            'WHERE t.idempotency_key IS NOT NULL AND k.reserved_until IS NULL'
+            '), kept AS ('
+            'UPDATE idempotency_keys k SET reserved_until = gone.until FROM gone '
+            'WHERE k.queue = gone.queue AND k.key = gone.key AND gone.until > now() RETURNING 1'
+            ') '
+            'DELETE FROM idempotency_keys k USING gone '
+            'WHERE k.queue = gone.queue AND k.key = gone.key AND (gone.until IS NULL OR gone.until <= now()) '
+            'AND (SELECT count(*) FROM kept) >= 0', t.name);
         EXECUTE format('DROP TABLE IF EXISTS %I', apart);
         EXECUTE format('DROP TABLE %I', t.name);
         dropped_status := t.st;

@@ -346,12 +346,18 @@ func TestWorkflowLeavesWholeBeforeItsDay(t *testing.T) {
 }
 
 // envDropBench, set to a number of tasks (1000000 for the figure in
-// docs/benchmarks.md), runs TestDropDayOfHistoryBench.
-const envDropBench = "TASKFORGE_BENCH_HISTORY_DROP"
+// docs/benchmarks.md), runs TestDropDayOfHistoryBench; envDropBenchWindow sets queue
+// q's idempotency window in ms (default 24 h: every key of the day, created now,
+// stays reserved; 0: every key goes).
+const (
+	envDropBench       = "TASKFORGE_BENCH_HISTORY_DROP"
+	envDropBenchWindow = "TASKFORGE_BENCH_HISTORY_DROP_WINDOW_MS"
+)
 
 // TestDropDayOfHistoryBench measures a day of N finished tasks (each with one
 // attempt, one in ten with an idempotency key) leaving by the janitor's drop: the
-// time the detach and the drop take, and that no dead row is left behind in history.
+// time the detach and the drop take (the drop reserves the keys for their window, or
+// deletes them), and that no dead row is left behind in history.
 func TestDropDayOfHistoryBench(t *testing.T) {
 	raw := os.Getenv(envDropBench)
 	if raw == "" {
@@ -365,6 +371,13 @@ func TestDropDayOfHistoryBench(t *testing.T) {
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	yesterday := today.AddDate(0, 0, -1)
 	pool, store := historyClock(t, today.Add(7*day+12*time.Hour))
+	window := int64(86_400_000)
+	if raw := os.Getenv(envDropBenchWindow); raw != "" {
+		if window, err = strconv.ParseInt(raw, 10, 64); err != nil {
+			t.Fatalf("%s=%q: want milliseconds", envDropBenchWindow, raw)
+		}
+	}
+	exec(t, pool, `UPDATE queues SET idempotency_window_ms = $1 WHERE name = 'q'`, window)
 	start := time.Now()
 	for i := 0; i < n; i += 100_000 { // a day, in slices (one long INSERT would hold its snapshot)
 		insertHistory(t, pool, "q", "done", min(100_000, n-i), yesterday.Add(time.Duration(i)*time.Millisecond), min(100_000, n-i)/10, nil)
@@ -374,12 +387,17 @@ func TestDropDayOfHistoryBench(t *testing.T) {
 	t.Logf("inserted %d tasks and their attempts in %s", n, time.Since(start).Round(time.Millisecond))
 
 	var dropped []janitor.Batch
-	j := janitor.New(store, store, janitor.Config{}, quiet)
+	reservedByDrop := 0 // freed by the same sweep, whose clock is past their window
+	j := janitor.New(store, store, janitor.Config{BatchTimeout: time.Minute}, quiet)
 	j.OnBatch = func(b janitor.Batch) {
 		if b.Dropped && b.Deleted > 0 { // yesterday's other, empty, statuses go too
 			dropped = append(dropped, b)
 		}
+		if b.Table == "idempotency_keys" {
+			reservedByDrop += b.Deleted
+		}
 	}
+	keys := count(t, pool, `SELECT count(*) FROM idempotency_keys`)
 	start = time.Now()
 	deleted, err := j.SweepOnce(ctx)
 	sweep := time.Since(start)
@@ -401,6 +419,6 @@ func TestDropDayOfHistoryBench(t *testing.T) {
 	if dead != 0 {
 		t.Errorf("%d dead rows in history after the drop", dead)
 	}
-	t.Logf("a day of %d tasks (and %d attempts, %d keys): the drop transaction took %s, the whole sweep (detach included) %s; %d dead rows left in history",
-		n, n, n/10, dropped[0].Duration.Round(time.Millisecond), sweep.Round(time.Millisecond), dead)
+	t.Logf("a day of %d tasks (and %d attempts, %d keys, window %d ms): the drop transaction took %s, the whole sweep (detach included, and the reservations the clock's 7 days have ended) %s; %d dead rows left in history; %d keys before, %d reserved by the drop",
+		n, n, n/10, window, dropped[0].Duration.Round(time.Millisecond), sweep.Round(time.Millisecond), dead, keys, reservedByDrop)
 }
