@@ -6,10 +6,9 @@
 -- had been dropped. It now applies taskforge_release_idempotency_keys' rule, which
 -- decides what becomes of a key when its task goes: reserved until its row's
 -- created_at + the queue's window when that is still to come, deleted otherwise (and
--- with its queue gone). One set-based statement per dropped day, reading the detached
--- table once, as the DELETE it replaces did. A key whose window has passed costs what
--- it did (a delete); one still reserved costs an update of its row (docs/benchmarks.md
--- has both).
+-- with its queue gone). Set-based, as the DELETE it replaces: a key whose window has
+-- passed costs what it did (a delete); one still inside it costs an update of its row
+-- (docs/benchmarks.md has both).
 CREATE OR REPLACE FUNCTION taskforge_drop_detached_history()
 RETURNS TABLE (dropped_status text, dropped_day date, dropped_tasks bigint)
 LANGUAGE plpgsql AS $$
@@ -31,21 +30,20 @@ BEGIN
             'ins AS (INSERT INTO queue_tally_delta (queue, metric, bucket, delta) '
             'SELECT queue, status, ''-infinity'', -n FROM c) '
             'SELECT coalesce(sum(n), 0)::bigint FROM c', t.name) INTO STRICT dropped_tasks;
-        -- taskforge_release_idempotency_keys' rule, joined to the day's table whole
-        -- (a hash join, not one probe per key from an array); keys already reserved
-        -- (a release that ran before a crash) keep their end.
-        EXECUTE format('WITH gone AS ('
-            'SELECT k.queue, k.key, k.created_at + q.idempotency_window_ms * interval ''1 millisecond'' AS until '
-            'FROM %I t JOIN idempotency_keys k ON k.queue = t.queue AND k.key = t.idempotency_key AND k.task_id = t.id '
-            'LEFT JOIN queues q ON q.name = t.queue '
-            'WHERE t.idempotency_key IS NOT NULL AND k.reserved_until IS NULL'
-            '), kept AS ('
-            'UPDATE idempotency_keys k SET reserved_until = gone.until FROM gone '
-            'WHERE k.queue = gone.queue AND k.key = gone.key AND gone.until > now() RETURNING 1'
-            ') '
-            'DELETE FROM idempotency_keys k USING gone '
-            'WHERE k.queue = gone.queue AND k.key = gone.key AND (gone.until IS NULL OR gone.until <= now()) '
-            'AND (SELECT count(*) FROM kept) >= 0', t.name);
+        -- taskforge_release_idempotency_keys' rule, as two statements joined to the
+        -- day's table whole (hash joins, not one probe per key): first the keys still
+        -- inside their queue's window are reserved until it ends, then the rest of the
+        -- day's keys (window ended, or queue gone) are deleted. A key already reserved
+        -- (a release that ran before a crash) keeps its end.
+        EXECUTE format('UPDATE idempotency_keys k '
+            'SET reserved_until = k.created_at + q.idempotency_window_ms * interval ''1 millisecond'' '
+            'FROM %I t JOIN queues q ON q.name = t.queue '
+            'WHERE t.idempotency_key IS NOT NULL AND k.queue = t.queue AND k.key = t.idempotency_key '
+            'AND k.task_id = t.id AND k.reserved_until IS NULL '
+            'AND k.created_at + q.idempotency_window_ms * interval ''1 millisecond'' > now()', t.name);
+        EXECUTE format('DELETE FROM idempotency_keys k USING %I t '
+            'WHERE t.idempotency_key IS NOT NULL AND k.queue = t.queue AND k.key = t.idempotency_key '
+            'AND k.task_id = t.id AND k.reserved_until IS NULL', t.name);
         EXECUTE format('DROP TABLE IF EXISTS %I', apart);
         EXECUTE format('DROP TABLE %I', t.name);
         dropped_status := t.st;
