@@ -160,6 +160,22 @@ def test_dead_letter_queue(client: taskforge.Client, queue: str) -> None:
         client.replay_dead(queue, ids[0])
 
 
+def test_duplicate_request_names_the_discarded_task(client: taskforge.Client, queue: str) -> None:
+    t = client.enqueue(queue, {"n": 1}, idempotency_key="order-7", max_retries=0)
+    p = client.poll("py-tester", [queue], wait_ms=5000).tasks[0]
+    assert p.id == t.id
+    client.nack("py-tester", p.id, p.lease_token, "boom", retryable=False)
+    client.discard_dead(queue, t.id)
+    with pytest.raises(taskforge.DuplicateRequest) as e:
+        client.enqueue(queue, {"n": 1}, idempotency_key="order-7", max_retries=0)
+    assert isinstance(e.value, taskforge.Conflict) and e.value.status == 409
+    assert e.value.code == "duplicate_request" and e.value.task_id == t.id and t.id in e.value.message
+    client.enqueue(queue, {"n": 1}, idempotency_key="other")
+    with pytest.raises(taskforge.IdempotencyConflict) as e2:
+        client.enqueue(queue, {"n": 2}, idempotency_key="other")
+    assert e2.value.task_id is None
+
+
 def test_schedules(client: taskforge.Client, queue: str) -> None:
     name = queue + "-nightly"
     s = client.create_schedule(name, queue, "30 2 * * *", {"report": "daily"}, timezone="Europe/Berlin", priority=3)

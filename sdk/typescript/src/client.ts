@@ -529,9 +529,10 @@ function errorOf(what: string, resp: Reply, text: string): TaskForgeError {
   const ra = resp.headers.get("retry-after");
   const retryAfterMs = ra !== null && /^\d+$/.test(ra.trim()) ? Number(ra) * 1000 : undefined;
   try {
-    const e = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
+    const e = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; task_id?: unknown } };
     if (e && typeof e.error?.code === "string" && e.error.code !== "") {
-      return new TaskForgeError(what, resp.status, e.error.code, String(e.error.message ?? ""), { retryAfterMs });
+      const taskId = typeof e.error.task_id === "string" && e.error.task_id !== "" ? e.error.task_id : undefined;
+      return new TaskForgeError(what, resp.status, e.error.code, String(e.error.message ?? ""), { retryAfterMs, taskId });
     }
   } catch {
     // not a JSON error body: a proxy's page, say

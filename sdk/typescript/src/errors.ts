@@ -50,19 +50,25 @@ export class TaskForgeError extends Error {
   readonly detail: string;
   /** From a 429's Retry-After header: when to try again, in ms; undefined otherwise. */
   readonly retryAfterMs: number | undefined;
+  /**
+   * The error's `task_id` field: of a `duplicate_request`, the task that held the
+   * idempotency key (gone, its key still reserved by the queue's window); undefined otherwise.
+   */
+  readonly taskId: string | undefined;
 
   constructor(
     what: string,
     status: number,
     code: ErrorCode,
     detail: string,
-    options?: { cause?: unknown; retryAfterMs?: number | undefined },
+    options?: { cause?: unknown; retryAfterMs?: number | undefined; taskId?: string | undefined },
   ) {
     super(`${what}: ${code}: ${detail}`, options?.cause === undefined ? undefined : { cause: options.cause });
     this.status = status;
     this.code = code;
     this.detail = detail;
     this.retryAfterMs = options?.retryAfterMs;
+    this.taskId = options?.taskId;
   }
 
   /**

@@ -249,6 +249,23 @@ test("dead-letter queue: list, replay, bulk replay, discard, bulk discard", asyn
   assert.equal((await client.listDead(q)).tasks.length, 0);
 });
 
+test("duplicate_request: the key of a discarded task stays reserved, and the error names the task", async () => {
+  const q = await freshQueue("dup");
+  const t = await client.enqueue(q, { payload: 1, idempotency_key: "order-7", max_retries: 0 });
+  const { tasks } = await client.poll({ worker_id: "ts-client-test", queues: [q], wait_ms: 5_000 });
+  const got = tasks.find((x) => x.id === t.id);
+  assert.ok(got, "the enqueued task was polled");
+  await client.nack({ worker_id: "ts-client-test", task_id: got.id, lease_token: got.lease_token, error: "boom", retryable: false });
+  await client.discardDead(q, t.id);
+  const e = await rejectsWith(client.enqueue(q, { payload: 1, idempotency_key: "order-7", max_retries: 0 }), "duplicate_request", 409);
+  assert.equal(e.taskId, t.id);
+  assert.ok(e.detail.includes(t.id));
+  assert.ok(isErrorCode(e, "duplicate_request"));
+  await client.enqueue(q, { payload: 1, idempotency_key: "other" });
+  const c = await rejectsWith(client.enqueue(q, { payload: 2, idempotency_key: "other" }), "idempotency_conflict", 409);
+  assert.equal(c.taskId, undefined);
+});
+
 test("schedules: create, get, list, update, trigger, delete", async () => {
   const q = await freshQueue("sched");
   const name = `${q}-nightly`;

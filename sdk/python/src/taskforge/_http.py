@@ -169,9 +169,12 @@ def _decode(method: str, path: str, resp: http.client.HTTPResponse, raw: bytes) 
     if 200 <= resp.status < 300:
         return Response(resp.status, body, date)
     code, message = "", ""
+    task_id: str | None = None
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         code = str(body["error"].get("code") or "")
         message = str(body["error"].get("message") or "")
+        if isinstance(body["error"].get("task_id"), str) and body["error"]["task_id"]:
+            task_id = body["error"]["task_id"]
     if not code:
         code = {502: "unavailable", 503: "unavailable", 504: "unavailable"}.get(resp.status, f"http_{resp.status}")
         message = raw[:200].decode(errors="replace").strip() or resp.reason
@@ -181,6 +184,7 @@ def _decode(method: str, path: str, resp: http.client.HTTPResponse, raw: bytes) 
             retry_after = float(ra)
         except ValueError:
             retry_after = None
-    err: APIError = error_for(resp.status, code, f"{message} ({method} {path})", retry_after=retry_after)
+    err: APIError = error_for(resp.status, code, f"{message} ({method} {path})", retry_after=retry_after,
+                              task_id=task_id)
     err.message = message
     raise err

@@ -51,13 +51,17 @@ class APIError(TaskForgeError):
     ``token_not_found``) come back as a plain APIError.
     """
 
-    def __init__(self, status: int, code: str, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, *, retry_after: float | None = None,
+                 task_id: str | None = None) -> None:
         super().__init__(f"{code}: {message}" if message else code)
         self.status = status
         self.code = code
         self.message = message
         #: Seconds the server asked to wait (a ``Retry-After`` header), if any.
         self.retry_after = retry_after
+        #: The error's ``task_id`` field, if any: the task that held the
+        #: idempotency key of a :class:`DuplicateRequest`.
+        self.task_id = task_id
 
 
 class InvalidRequest(APIError):
@@ -118,7 +122,7 @@ class IdempotencyConflict(Conflict):
 
 class DuplicateRequest(Conflict):
     """409 ``duplicate_request``: the key's task is gone, but the queue's
-    ``idempotency_window_ms`` still holds the key (the message names the task)."""
+    ``idempotency_window_ms`` still holds the key. ``task_id`` names that task."""
 
 
 class LeaseLost(Conflict):
@@ -181,12 +185,13 @@ _BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
-def error_for(status: int, code: str, message: str, *, retry_after: float | None = None) -> APIError:
+def error_for(status: int, code: str, message: str, *, retry_after: float | None = None,
+              task_id: str | None = None) -> APIError:
     """The exception for an error answer: by its code, else by its status."""
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or APIError
     if status in (502, 503, 504):
         cls = Unavailable
-    return cls(status, code, message, retry_after=retry_after)
+    return cls(status, code, message, retry_after=retry_after, task_id=task_id)
 
 
 # --- raised by handlers --------------------------------------------------------
