@@ -37,6 +37,12 @@ type queueSettings struct {
 	// IdempotencyWindow is how long a key stays reserved after its task's
 	// creation, even once the task is deleted.
 	IdempotencyWindow Nullable[int64] `json:"idempotency_window_ms"`
+	// Fairness is null (one line) or "round_robin" (groups take turns); the group
+	// limits apply to every group of the queue that has no override of its own.
+	Fairness            Nullable[string]  `json:"fairness"`
+	GroupMaxConcurrency Nullable[int]     `json:"group_max_concurrency"`
+	GroupRateLimit      Nullable[float64] `json:"group_rate_limit"`
+	GroupRateBurst      Nullable[int]     `json:"group_rate_burst"`
 }
 
 // maxIdempotencyWindowMs is the longest idempotency window: 30 days.
@@ -157,6 +163,9 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 		}
 		q.IdempotencyWindowMs = qs.IdempotencyWindow.Ptr()
 	}
+	if err := qs.applyGroups(q); err != nil {
+		return err
+	}
 	if qs.Retention.Set {
 		if err := applyRetention(qs.Retention, q); err != nil {
 			return err
@@ -164,6 +173,36 @@ func (qs queueSettings) apply(q *storage.Queue) error {
 	}
 	if qs.Push.Set {
 		return applyPush(qs.Push, q)
+	}
+	return nil
+}
+
+// applyGroups validates the fairness and group limits present and writes them into q.
+func (qs queueSettings) applyGroups(q *storage.Queue) error {
+	if qs.Fairness.Set {
+		if qs.Fairness.Valid && qs.Fairness.Value != storage.FairnessRoundRobin {
+			return invalid("fairness must be %q, or null for one line by priority", storage.FairnessRoundRobin)
+		}
+		q.Fairness = qs.Fairness.Ptr()
+	}
+	if qs.GroupMaxConcurrency.Set {
+		if qs.GroupMaxConcurrency.Valid && (qs.GroupMaxConcurrency.Value < 1 || qs.GroupMaxConcurrency.Value > 1e6) {
+			return invalid("group_max_concurrency must be an integer from 1 to 1000000, or null for unlimited")
+		}
+		q.GroupMaxConcurrency = qs.GroupMaxConcurrency.Ptr()
+	}
+	if qs.GroupRateLimit.Set {
+		// The bounds of rate_limit, for the same reason: the bucket's expiry must fit.
+		if qs.GroupRateLimit.Valid && !(qs.GroupRateLimit.Value >= 1e-6 && qs.GroupRateLimit.Value <= 1e6) {
+			return invalid("group_rate_limit must be a number of tasks per second from 0.000001 to 1000000, or null for unlimited")
+		}
+		q.GroupRateLimit = qs.GroupRateLimit.Ptr()
+	}
+	if qs.GroupRateBurst.Set {
+		if qs.GroupRateBurst.Valid && (qs.GroupRateBurst.Value < 1 || qs.GroupRateBurst.Value > 1e6) {
+			return invalid("group_rate_burst must be an integer from 1 to 1000000, or null for the default ceil(group_rate_limit)")
+		}
+		q.GroupRateBurst = qs.GroupRateBurst.Ptr()
 	}
 	return nil
 }

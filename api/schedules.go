@@ -22,6 +22,7 @@ type scheduleFields struct {
 	Priority       Nullable[int]             `json:"priority"`
 	MaxRetries     Nullable[int]             `json:"max_retries"`
 	TimeoutSeconds Nullable[int]             `json:"timeout_seconds"`
+	Group          Nullable[string]          `json:"group"`
 	Paused         Nullable[bool]            `json:"paused"`
 }
 
@@ -78,6 +79,12 @@ func (f scheduleFields) apply(sch *storage.Schedule, maxPayload int64) error {
 			return invalid("timeout_seconds must be an integer from 1 to %d, or null", 7*24*3600)
 		}
 		sch.TimeoutSeconds = f.TimeoutSeconds.Ptr()
+	}
+	if f.Group.Set {
+		if f.Group.Valid && !storage.ValidGroupName(f.Group.Value) {
+			return invalid("group must be 1 to %d characters of A-Z, a-z, 0-9 and . _ : @ -, or null", storage.MaxGroupLen)
+		}
+		sch.Group = f.Group.Ptr()
 	}
 	if f.Paused.Set {
 		if !f.Paused.Valid {

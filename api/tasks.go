@@ -34,6 +34,7 @@ type enqueueRequest struct {
 	DebounceKey    *string         `json:"debounce_key"`
 	DebounceMs     *int64          `json:"debounce_ms"`
 	DebounceMaxMs  *int64          `json:"debounce_max_ms"`
+	Group          *string         `json:"group"`
 }
 
 // Debounce bounds: the quiet period is at most a day, the cap at most 30 days.
@@ -77,6 +78,12 @@ func (s *Server) toNewTask(queue string, r enqueueRequest) (storage.NewTask, err
 	}
 	if err := debounce(&t, r); err != nil {
 		return t, err
+	}
+	if r.Group != nil {
+		if !storage.ValidGroupName(*r.Group) {
+			return t, invalid("group must be 1 to %d characters of A-Z, a-z, 0-9 and . _ : @ -, or null", storage.MaxGroupLen)
+		}
+		t.Group = r.Group
 	}
 	if r.IdempotencyKey != nil {
 		if k := *r.IdempotencyKey; k == "" || len(k) > 255 {
@@ -126,7 +133,8 @@ func debounce(t *storage.NewTask, r enqueueRequest) error {
 }
 
 // fingerprint is the SHA-256 of the canonical request: queue, payload (keys sorted,
-// numbers as written), priority, schedule and budget. Two requests with one key are
+// numbers as written), priority, schedule, budget and group (left out when null, so
+// that a request without one hashes as before groups existed). Two requests with one key are
 // "the same" exactly when their fingerprints match.
 func fingerprint(queue string, t storage.NewTask) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(t.Payload))
@@ -142,7 +150,8 @@ func fingerprint(queue string, t storage.NewTask) ([]byte, error) {
 		ScheduledAt    *time.Time `json:"scheduled_at"`
 		MaxRetries     *int       `json:"max_retries"`
 		TimeoutSeconds *int       `json:"timeout_seconds"`
-	}{queue, v, t.Priority, t.ScheduledAt, t.MaxRetries, t.TimeoutSeconds}
+		Group          *string    `json:"group,omitempty"`
+	}{queue, v, t.Priority, t.ScheduledAt, t.MaxRetries, t.TimeoutSeconds, t.Group}
 	b, err := json.Marshal(canonical)
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint: %w", err)
@@ -304,8 +313,13 @@ func queryTime(c *gin.Context, name string) (*time.Time, error) {
 
 func (s *Server) listTasks(c *gin.Context) {
 	queue := c.Param("name")
-	f := storage.TaskFilter{Queue: queue, Status: c.Query("status"), WorkerID: c.Query("worker_id")}
+	f := storage.TaskFilter{Queue: queue, Status: c.Query("status"), WorkerID: c.Query("worker_id"),
+		Group: c.Query("group")}
 	var err error
+	if _, set := c.GetQuery("group"); set && !storage.ValidGroupName(f.Group) {
+		s.fail(c, invalid("group must be 1 to %d characters of A-Z, a-z, 0-9 and . _ : @ -", storage.MaxGroupLen))
+		return
+	}
 	if f.Status != "" && !validStatus(f.Status) {
 		s.fail(c, invalid("status must be one of %s", strings.Join(storage.Statuses, ", ")))
 		return

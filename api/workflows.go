@@ -44,6 +44,7 @@ type stepRequest struct {
 	ScheduledAt    *time.Time      `json:"scheduled_at"`
 	MaxRetries     *int            `json:"max_retries"`
 	TimeoutSeconds *int            `json:"timeout_seconds"`
+	Group          *string         `json:"group"`
 }
 
 // workflowFingerprint is the SHA-256 of the canonical request: its name and each
@@ -100,7 +101,8 @@ func (s *Server) toNewWorkflow(r workflowRequest) (storage.NewWorkflow, error) {
 			return w, invalid("steps[%d]: queue must match %s", i, queueNamePattern)
 		}
 		t, err := s.toNewTask(st.Queue, enqueueRequest{Payload: st.Payload, Priority: st.Priority,
-			ScheduledAt: st.ScheduledAt, MaxRetries: st.MaxRetries, TimeoutSeconds: st.TimeoutSeconds})
+			ScheduledAt: st.ScheduledAt, MaxRetries: st.MaxRetries, TimeoutSeconds: st.TimeoutSeconds,
+			Group: st.Group})
 		if err != nil {
 			var apiErr *Error
 			if errors.As(err, &apiErr) {

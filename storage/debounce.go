@@ -103,7 +103,7 @@ func (s *Store) placeDebounced(ctx context.Context, q querier, queue string, t N
 	for range debounceTries {
 		rows, err := q.Query(ctx, enqueueDebounced, queue, DueChannel, t.ID, string(payload), int32(t.Priority),
 			int32Ptr(t.MaxRetries), int32Ptr(t.TimeoutSeconds), *t.DebounceKey, t.DebounceMs, t.DebounceMaxMs,
-			traceparent, s.now())
+			traceparent, s.now(), t.Group)
 		if err != nil {
 			return Enqueued{}, err
 		}

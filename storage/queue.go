@@ -18,7 +18,8 @@ func (s *Store) CreateQueue(ctx context.Context, q Queue) (Queue, error) {
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertQueue, q.Name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column(), q.IdempotencyWindowMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column(), q.IdempotencyWindowMs,
+			q.Fairness, q.GroupMaxConcurrency, q.GroupRateLimit, q.GroupRateBurst)
 		if out, err = one[Queue](rows, err, ErrQueueExists); err != nil {
 			return err
 		}
@@ -74,7 +75,8 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, change func(*Queue
 			return err
 		}
 		rows, err = tx.Query(ctx, updateQueue, name, q.MaxRetries, q.RateLimit, q.RateBurst,
-			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column(), q.IdempotencyWindowMs)
+			q.MaxConcurrency, q.BackoffBaseMs, q.BackoffMaxMs, q.Paused, q.PriorityAgingMs, pushColumn(q, secret), secret, q.RetentionSet.column(), q.IdempotencyWindowMs,
+			q.Fairness, q.GroupMaxConcurrency, q.GroupRateLimit, q.GroupRateBurst)
 		out, err = one[Queue](rows, err, ErrQueueNotFound)
 		return err
 	})

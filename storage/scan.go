@@ -14,7 +14,7 @@ var taskColumnNames = []string{"id", "queue", "payload", "priority", "status", "
 	"result", "claimed_by", "lease_token", "heartbeat_at", "lease_expires_at", "cancel_requested",
 	"replayed_from", "replay_count", "replayed_at", "attempt_started_at", "traceparent", "releases",
 	"progress", "created_at", "updated_at", "finished_at", "schedule", "workflow_id", "step",
-	"debounce_key", "debounced"}
+	"debounce_key", "debounced", "group_key"}
 
 // endedColumnNames are the columns of a statement that ends tasks: the task, then
 // what its end did to its workflow.
@@ -30,7 +30,7 @@ func taskFields(t *Task) []any {
 		&t.ClaimedBy, &t.LeaseToken, &t.HeartbeatAt, &t.LeaseExpiresAt, &t.CancelRequested,
 		&t.ReplayedFrom, &t.ReplayCount, &t.ReplayedAt, &t.AttemptStartedAt, &t.Traceparent,
 		&t.Releases, (*[]byte)(&t.Progress), &t.CreatedAt, &t.UpdatedAt, &t.FinishedAt, &t.Schedule,
-		&t.WorkflowID, &t.Step, &t.DebounceKey, &t.Debounced}
+		&t.WorkflowID, &t.Step, &t.DebounceKey, &t.Debounced, &t.Group}
 }
 
 // endedFields are e's fields in the order of endedColumnNames.

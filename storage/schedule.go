@@ -26,7 +26,9 @@ type Schedule struct {
 	Priority       int             `json:"priority" db:"priority"`
 	MaxRetries     *int            `json:"max_retries" db:"max_retries"` // nil: the queue's default
 	TimeoutSeconds *int            `json:"timeout_seconds" db:"timeout_seconds"`
-	Paused         bool            `json:"paused" db:"paused"`
+	// Group is the group of the tasks its ticks create; nil = the unnamed group.
+	Group  *string `json:"group" db:"group_key"`
+	Paused bool    `json:"paused" db:"paused"`
 	// NextRunAt is the next tick to fire; nil while paused or when the expression fires no more.
 	NextRunAt  *time.Time `json:"next_run_at" db:"next_run_at"`
 	LastRunAt  *time.Time `json:"last_run_at" db:"last_run_at"`
@@ -79,7 +81,7 @@ func (s *Store) CreateSchedule(ctx context.Context, sch Schedule) (Schedule, err
 		return Schedule{}, fmt.Errorf("create schedule %s: %w", sch.Name, err)
 	}
 	rows, err := s.pool.Query(ctx, insertSchedule, sch.Name, sch.Queue, sch.Cron, sch.Timezone, string(payload),
-		sch.Priority, sch.MaxRetries, sch.TimeoutSeconds, sch.Paused, sch.NextRunAt)
+		sch.Priority, sch.MaxRetries, sch.TimeoutSeconds, sch.Paused, sch.NextRunAt, sch.Group)
 	out, err := one[Schedule](rows, err, ErrScheduleExists)
 	if err == nil {
 		err = s.openSchedule(&out)
@@ -148,7 +150,7 @@ func (s *Store) UpdateSchedule(ctx context.Context, name string, change func(sch
 			return err
 		}
 		rows, err = tx.Query(ctx, updateSchedule, name, sch.Queue, sch.Cron, sch.Timezone, string(payload),
-			sch.Priority, sch.MaxRetries, sch.TimeoutSeconds, sch.Paused, sch.NextRunAt)
+			sch.Priority, sch.MaxRetries, sch.TimeoutSeconds, sch.Paused, sch.NextRunAt, sch.Group)
 		if out, err = one[Schedule](rows, err, ErrScheduleNotFound); err != nil {
 			return err
 		}
@@ -238,7 +240,8 @@ func (s *Store) FireDueSchedule(ctx context.Context, plan PlanFunc, skip []strin
 		}
 		tick = tick.UTC()
 		nt := NewTask{ID: id, Payload: sch.Payload, Priority: sch.Priority, ScheduledAt: &tick,
-			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds, IdempotencyKey: &key, Fingerprint: fp[:]}
+			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds, IdempotencyKey: &key, Fingerprint: fp[:],
+			Group: sch.Group}
 		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, EnqueueOptions{}, &sch.Name)
 		lastTask, lastRun := sch.LastTaskID, sch.LastRunAt
 		switch {
@@ -291,7 +294,7 @@ func (s *Store) TriggerSchedule(ctx context.Context, name string) (Schedule, Tas
 			return err
 		}
 		nt := NewTask{ID: id, Payload: sch.Payload, Priority: sch.Priority,
-			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds}
+			MaxRetries: sch.MaxRetries, TimeoutSeconds: sch.TimeoutSeconds, Group: sch.Group}
 		enq, err := s.enqueueTx(ctx, tx, sch.Queue, []NewTask{nt}, EnqueueOptions{}, &sch.Name)
 		if err != nil {
 			return err

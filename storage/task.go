@@ -37,7 +37,7 @@ type EnqueueOptions struct {
 	// tasks are pending, and announced to the dispatchers.
 	Buffered bool
 	// Refs returns of each task inserted only what mirroring it into the buffer
-	// needs: its ID, Queue, Status, Priority, ScheduledAt and Traceparent, the other
+	// needs: its ID, Queue, Status, Priority, ScheduledAt, Traceparent and Group, the other
 	// fields left zero. A task matched by its idempotency key is returned whole. For
 	// callers that answer with ids (enqueue_task_refs; its header gives the figure
 	// that keeps it).
@@ -125,6 +125,7 @@ func (s *Store) insertTasks(ctx context.Context, q querier, queue string, tasks 
 	retries := nullableColumn(tasks, func(t NewTask) *int32 { return int32Ptr(t.MaxRetries) })
 	timeouts := nullableColumn(tasks, func(t NewTask) *int32 { return int32Ptr(t.TimeoutSeconds) })
 	keys := nullableColumn(tasks, func(t NewTask) *string { return t.IdempotencyKey })
+	groups := nullableColumn(tasks, func(t NewTask) *string { return t.Group })
 	var fingerprints [][]byte
 	if keys != nil {
 		fingerprints = make([][]byte, n)
@@ -137,7 +138,7 @@ func (s *Store) insertTasks(ctx context.Context, q querier, queue string, tasks 
 		statement = enqueueTaskRefs
 	}
 	rows, err := q.Query(ctx, statement, queue, DueChannel, ids, payloads, priorities,
-		schedules, retries, timeouts, keys, fingerprints, opts.Traceparent, schedule, opts.Buffered)
+		schedules, retries, timeouts, keys, fingerprints, opts.Traceparent, schedule, opts.Buffered, groups)
 	if err != nil {
 		return nil, err
 	}
@@ -196,13 +197,14 @@ func scanTaskRefs(rows pgx.Rows, queue string, traceparent *string, place func(T
 		status      string
 		priority    int
 		scheduledAt time.Time
+		group       *string
 	)
 	for rows.Next() {
-		if err := rows.Scan(&id, &status, &priority, &scheduledAt); err != nil {
+		if err := rows.Scan(&id, &status, &priority, &scheduledAt, &group); err != nil {
 			return err
 		}
 		err := place(Task{ID: id, Queue: queue, Status: status, Priority: priority, ScheduledAt: scheduledAt,
-			Traceparent: traceparent})
+			Traceparent: traceparent, Group: group})
 		if err != nil {
 			return err
 		}
@@ -328,7 +330,7 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, e
 		statuses = []string{f.Status}
 	}
 	rows, err := s.pool.Query(ctx, listTasks, f.Queue, statuses, optional(f.WorkerID),
-		f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit+1)
+		f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit+1, optional(f.Group))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
 	}

@@ -103,9 +103,41 @@ type Queue struct {
 	// IdempotencyWindowMs is how long an idempotency key stays reserved after its
 	// task's creation, even once the task is deleted (0 to 30 days; nil on create:
 	// 24 h). Reads always set it.
-	IdempotencyWindowMs *int64    `json:"idempotency_window_ms" db:"idempotency_window_ms"`
+	IdempotencyWindowMs *int64 `json:"idempotency_window_ms" db:"idempotency_window_ms"`
+	// Fairness, when FairnessRoundRobin, makes the groups of the queue's tasks take
+	// weighted turns within each priority level; nil keeps one line by priority,
+	// then eligible time.
+	Fairness *string `json:"fairness" db:"fairness"`
+	// GroupMaxConcurrency caps the executing tasks of each group; GroupRateLimit
+	// (tasks/s) and GroupRateBurst make a token bucket per group. nil = off; a
+	// group's overrides (QueueGroup) take precedence.
+	GroupMaxConcurrency *int      `json:"group_max_concurrency" db:"group_max_concurrency"`
+	GroupRateLimit      *float64  `json:"group_rate_limit" db:"group_rate_limit"`
+	GroupRateBurst      *int      `json:"group_rate_burst" db:"group_rate_burst"`
 	CreatedAt           time.Time `json:"created_at" db:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at" db:"updated_at"`
+}
+
+// FairnessRoundRobin is the fairness of a queue whose groups take turns.
+const FairnessRoundRobin = "round_robin"
+
+// MaxGroupLen is the longest group name.
+const MaxGroupLen = 200
+
+// ValidGroupName reports whether name may name a group: 1..MaxGroupLen characters
+// of [A-Za-z0-9._:@-].
+func ValidGroupName(name string) bool {
+	if name == "" || len(name) > MaxGroupLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // PushTarget is where a push queue delivers its tasks. Its JSON form is the API's
@@ -165,6 +197,10 @@ type Task struct {
 	// counts the enqueues with that key that replaced it while it waited.
 	DebounceKey *string `json:"debounce_key" db:"debounce_key"`
 	Debounced   int     `json:"debounced" db:"debounced"`
+	// Group names the task's group in a fair queue (a tenant, a customer…); nil is
+	// the queue's unnamed group. It never changes after the enqueue, except when a
+	// debounce replaces the waiting task.
+	Group *string `json:"group" db:"group_key"`
 	// Effects is what the statement that ended this task (ack, nack, release,
 	// cancel) did to the rest of its workflow in the same transaction; nil when it
 	// did nothing more, and always for plain tasks and for reads.
@@ -223,6 +259,8 @@ type NewTask struct {
 	DebounceKey   *string
 	DebounceMs    int64
 	DebounceMaxMs *int64
+	// Group names the task's group (ValidGroupName); nil = the queue's unnamed group.
+	Group *string
 }
 
 // Enqueued is the outcome of enqueuing one task.
@@ -239,6 +277,7 @@ type TaskFilter struct {
 	Queue         string
 	Status        string
 	WorkerID      string
+	Group         string // "" = any group
 	CreatedAfter  *time.Time
 	CreatedBefore *time.Time
 	Limit         int

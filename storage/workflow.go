@@ -219,6 +219,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 	schedules := make([]*time.Time, n)
 	retries := make([]*int32, n)
 	timeouts := make([]*int32, n)
+	groups := make([]*string, n)
 	names := make([]string, n)
 	blocked := make([]bool, n)
 	ords := make([]int32, n)
@@ -235,6 +236,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 		schedules[i] = st.Task.ScheduledAt
 		retries[i] = int32Ptr(st.Task.MaxRetries)
 		timeouts[i] = int32Ptr(st.Task.TimeoutSeconds)
+		groups[i] = st.Task.Group
 		names[i], ords[i] = st.Step, int32(i)
 		blocked[i] = len(st.DependsOn) > 0
 		deps[i] = strings.Join(st.DependsOn, ",")
@@ -287,7 +289,7 @@ func (s *Store) SubmitWorkflow(ctx context.Context, w NewWorkflow) (SubmittedWor
 			return err
 		}
 		if _, err := tx.Exec(ctx, insertWorkflowTasks, w.ID, ids, stepQueues, payloads, priorities,
-			schedules, retries, timeouts, names, blocked, defaultRetries, w.Traceparent); err != nil {
+			schedules, retries, timeouts, names, blocked, defaultRetries, w.Traceparent, groups); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, insertWorkflowSteps, w.ID, names, ords, deps, ids); err != nil {

@@ -63,6 +63,9 @@ type Task struct {
 	// waited.
 	DebounceKey *string `json:"debounce_key"`
 	Debounced   int     `json:"debounced"`
+	// Group names the task's group in a fair queue (a tenant, a customer…); nil is
+	// the queue's unnamed group.
+	Group *string `json:"group"`
 
 	// DiedAt is when a dead task died (the dead-letter listing only; omitted
 	// when nil).
@@ -138,6 +141,8 @@ type PolledTask struct {
 	// WorkflowID and Step name the workflow step the task runs; nil for plain tasks.
 	WorkflowID *string `json:"workflow_id"`
 	Step       *string `json:"step"`
+	// Group names the task's group; nil is the queue's unnamed group.
+	Group *string `json:"group"`
 }
 
 // AckItem is one ack of POST /workers/ack/batch, or of a poll.

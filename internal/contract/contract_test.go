@@ -31,6 +31,7 @@ func TestCheck(t *testing.T) {
 	queue := `{"name":"q","max_retries":3,"rate_limit":null,"rate_burst":null,"max_concurrency":null,` +
 		`"backoff_base_ms":1000,"backoff_max_ms":3600000,"paused":false,"priority_aging_ms":null,"push":null,` +
 		`"retention":{"done_ms":604800000,"cancelled_ms":null,"dead_ms":null},"idempotency_window_ms":86400000,` +
+		`"fairness":null,"group_max_concurrency":null,"group_rate_limit":null,"group_rate_burst":null,` +
 		`"created_at":"2026-12-01T00:00:00Z","updated_at":"2026-12-01T00:00:00Z"}`
 	badRequest := `{"error":{"code":"invalid_request","message":"bad"}}`
 	cases := []struct {

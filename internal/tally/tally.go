@@ -62,15 +62,22 @@ func (f *Folder) Run(ctx context.Context) error {
 	}
 }
 
-// FoldOnce folds batch after batch until a batch comes back short, and returns how
-// many deltas it folded.
+// FoldOnce folds batch after batch, the queues' deltas and then the groups'
+// (migration 0025), each until a batch comes back short, and returns how many deltas
+// it folded.
 func (f *Folder) FoldOnce(ctx context.Context) (int, error) {
 	total := 0
-	for {
-		n, err := f.store.FoldTally(ctx, f.cfg.BatchSize)
-		total += n
-		if err != nil || n < f.cfg.BatchSize {
-			return total, err
+	for _, fold := range []func(context.Context, int) (int, error){f.store.FoldTally, f.store.FoldGroupTally} {
+		for {
+			n, err := fold(ctx, f.cfg.BatchSize)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < f.cfg.BatchSize {
+				break
+			}
 		}
 	}
+	return total, nil
 }

@@ -20,7 +20,8 @@ func Task(t storage.Task) wire.Task {
 		CancelRequested: t.CancelRequested, ReplayedFrom: UUIDText(t.ReplayedFrom), ReplayCount: t.ReplayCount,
 		ReplayedAt: t.ReplayedAt, Releases: t.Releases, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 		FinishedAt: t.FinishedAt, Progress: t.Progress, Schedule: t.Schedule,
-		WorkflowID: UUIDText(t.WorkflowID), Step: t.Step, DebounceKey: t.DebounceKey, Debounced: t.Debounced}
+		WorkflowID: UUIDText(t.WorkflowID), Step: t.Step, DebounceKey: t.DebounceKey, Debounced: t.Debounced,
+		Group: t.Group}
 }
 
 // Tasks is tasks as the API shows them; never nil, so that an empty list is [].
@@ -50,7 +51,7 @@ func PolledTask(t storage.Task, heartbeatIntervalMs int64) wire.PolledTask {
 	return wire.PolledTask{ID: t.ID.String(), Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
 		Attempt: t.Attempts, LeaseToken: t.LeaseToken.String(), LeaseExpiresAt: *t.LeaseExpiresAt,
 		HeartbeatIntervalMs: heartbeatIntervalMs, TimeoutSeconds: t.TimeoutSeconds,
-		Traceparent: t.Traceparent, WorkflowID: UUIDText(t.WorkflowID), Step: t.Step}
+		Traceparent: t.Traceparent, WorkflowID: UUIDText(t.WorkflowID), Step: t.Step, Group: t.Group}
 }
 
 // UUIDText is id in its canonical text form, nil when id is.

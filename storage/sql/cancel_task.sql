@@ -27,7 +27,7 @@ RETURNING t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.atte
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, prev.status AS from_status
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key, prev.status AS from_status
 ), step_effects AS MATERIALIZED (
 	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps,
 		array_agg(status) AS statuses FROM cancelled WHERE workflow_id IS NOT NULL) s
@@ -37,5 +37,5 @@ SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced, from_status, fx.effects AS wf_effects FROM cancelled
+	workflow_id, step, debounce_key, debounced, group_key, from_status, fx.effects AS wf_effects FROM cancelled
 LEFT JOIN step_effects fx ON fx.effect_of = cancelled.id

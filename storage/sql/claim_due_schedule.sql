@@ -7,9 +7,9 @@
 -- Parameters:
 --   $1 text[]: the schedules to skip (they failed this pass)
 -- Returns: name, queue, cron, timezone, payload, priority, max_retries,
---   timeout_seconds, paused, next_run_at, last_run_at, last_task_id, created_at,
+--   timeout_seconds, group_key, paused, next_run_at, last_run_at, last_task_id, created_at,
 --   updated_at, db_now.
-SELECT name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds,
+SELECT name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds, group_key,
 	paused, next_run_at, last_run_at, last_task_id, created_at, updated_at, now() AS db_now FROM schedules
 WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= now() AND NOT (name = ANY($1::text[]))
 ORDER BY next_run_at

@@ -35,7 +35,7 @@ WITH input AS (
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
 ), recorded AS (
 	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
 	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', coalesce($4::timestamptz, now()) FROM claimed
@@ -50,4 +50,4 @@ SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced FROM claimed
+	workflow_id, step, debounce_key, debounced, group_key FROM claimed

@@ -12,7 +12,7 @@
 --     statement's snapshot saw, so that of any number of racing enqueues on any
 --     replicas one inserts and each of the others replaces the task it inserted,
 --     one after another (each waits for the one before to commit). The holder then
---     either takes the request (payload, priority, budget, timeout and trace context;
+--     either takes the request (payload, priority, group, budget, timeout and trace context;
 --     scheduled_at = $12 + $9 ms but never past its first enqueue (created_at) + $10
 --     ms; debounced + 1), or, when it is no longer replaceable, only gives up the key
 --     (debounce_open = false) and is returned as 'released': the caller runs the
@@ -40,19 +40,20 @@
 --   $10 int8: debounce_max_ms, the longest a task waits from its first enqueue (NULL: no cap)
 --   $11 text: the trace context (traceparent) of the request
 --   $12 timestamptz: now (the Store's clock; NULL: the database's now())
+--   $13 text: the group_key (NULL: the unnamed group)
 -- Returns: every column of the task row (as get_task), then outcome.
 WITH q AS MATERIALIZED (
 	SELECT max_retries, coalesce($12::timestamptz, now()) AS now
 	FROM queues WHERE name = $1 FOR KEY SHARE
 ), up AS (
 	INSERT INTO tasks AS t (id, queue, payload, priority, status, scheduled_at, max_retries,
-		timeout_seconds, traceparent, created_at, updated_at, debounce_key, debounce_open)
+		timeout_seconds, traceparent, created_at, updated_at, debounce_key, debounce_open, group_key)
 	SELECT $3, $1, $4::jsonb, $5, 'pending', q.now + $9::int8 * interval '1 millisecond',
-		coalesce($6::int, q.max_retries), $7::int, $11, q.now, q.now, $8, true
+		coalesce($6::int, q.max_retries), $7::int, $11, q.now, q.now, $8, true, $13::text
 	FROM q
 	ON CONFLICT (queue, debounce_key) WHERE debounce_open DO UPDATE SET
 		(payload, priority, scheduled_at, max_retries, timeout_seconds, traceparent, updated_at,
-			debounced, debounce_open) = (
+			debounced, debounce_open, group_key) = (
 		SELECT
 			CASE WHEN r THEN excluded.payload ELSE t.payload END,
 			CASE WHEN r THEN excluded.priority ELSE t.priority END,
@@ -63,14 +64,15 @@ WITH q AS MATERIALIZED (
 			CASE WHEN r THEN excluded.traceparent ELSE t.traceparent END,
 			CASE WHEN r THEN excluded.updated_at ELSE t.updated_at END,
 			t.debounced + r::int,
-			r
+			r,
+			CASE WHEN r THEN excluded.group_key ELSE t.group_key END
 		FROM (SELECT t.status = 'pending' AND t.attempts = 0 AND t.scheduled_at > excluded.created_at) AS holder(r)
 	)
 	RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced,
+	workflow_id, step, debounce_key, debounced, group_key,
 	CASE WHEN id = $3 THEN 'created' WHEN debounce_open THEN 'replaced' ELSE 'released' END AS outcome
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)

@@ -40,6 +40,7 @@
 --   $11 text: the trace context (traceparent) of the request
 --   $12 text: the schedule that fired the tasks (NULL: none)
 --   $13 bool: true: tasks due now may go straight to the buffer, as claimed
+--   $14 text[]: the group_key of each row (NULL: the unnamed group)
 -- Returns: every column of the task row (as get_task).
 WITH q AS MATERIALIZED (
 	SELECT max_retries, $13::bool AND NOT paused AND NOT EXISTS (
@@ -55,9 +56,9 @@ WITH q AS MATERIALIZED (
 	FROM queues WHERE name = $1 FOR KEY SHARE
 ), input AS (
 	SELECT * FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
-		$9::text[], $10::bytea[])
+		$9::text[], $10::bytea[], $14::text[])
 		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
-			idempotency_key, fingerprint, ord)
+			idempotency_key, fingerprint, group_key, ord)
 ), keyed AS (
 	INSERT INTO idempotency_keys (queue, key, task_id, fingerprint)
 	SELECT $1, i.idempotency_key, i.id, i.fingerprint FROM input i CROSS JOIN q
@@ -67,12 +68,13 @@ WITH q AS MATERIALIZED (
 	RETURNING task_id
 ), ins AS (
 	INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
-		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at)
+		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at,
+		group_key)
 	SELECT i.id, $1, i.payload::jsonb, i.priority,
 		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
 		coalesce(i.scheduled_at, now()),
 		coalesce(i.max_retries, q.max_retries), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
-		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END
+		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END, i.group_key
 	FROM input i CROSS JOIN q
 	WHERE i.idempotency_key IS NULL OR i.id IN (SELECT task_id FROM keyed)
 	ORDER BY i.ord
@@ -80,7 +82,7 @@ WITH q AS MATERIALIZED (
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced
+	workflow_id, step, debounce_key, debounced, group_key
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT $1, status, '-infinity', count(*) FROM ins WHERE tally_written_inline() GROUP BY status

@@ -12,12 +12,13 @@
 --   $8 int4: timeout_seconds
 --   $9 bool: paused
 --   $10 timestamptz: next_run_at
+--   $11 text: the group_key of its tasks (NULL: the unnamed group)
 -- Returns: name, queue, cron, timezone, payload, priority, max_retries,
---   timeout_seconds, paused, next_run_at, last_run_at, last_task_id, created_at,
+--   timeout_seconds, group_key, paused, next_run_at, last_run_at, last_task_id, created_at,
 --   updated_at.
 INSERT INTO schedules (name, queue, cron, timezone, payload, priority,
-	max_retries, timeout_seconds, paused, next_run_at)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10)
+	max_retries, timeout_seconds, paused, next_run_at, group_key)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (name) DO NOTHING
-RETURNING name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds,
+RETURNING name, queue, cron, timezone, payload, priority, max_retries, timeout_seconds, group_key,
 	paused, next_run_at, last_run_at, last_task_id, created_at, updated_at

@@ -11,7 +11,7 @@ SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced FROM tasks
+	workflow_id, step, debounce_key, debounced, group_key FROM tasks
 WHERE queue = $1 AND status = 'dead'
 	AND ($2::timestamptz IS NULL OR (finished_at, id) < ($2, $3::uuid))
 ORDER BY finished_at DESC, id DESC

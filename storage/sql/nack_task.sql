@@ -37,7 +37,7 @@ WITH wf_locked AS MATERIALIZED (
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced
+	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
 ), recorded AS (
 	UPDATE attempts a SET finished_at = coalesce($7::timestamptz, now()), error = $6,
 		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
@@ -51,5 +51,5 @@ SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced, fx.effects AS wf_effects FROM nacked
+	workflow_id, step, debounce_key, debounced, group_key, fx.effects AS wf_effects FROM nacked
 LEFT JOIN step_effects fx ON fx.effect_of = nacked.id

@@ -6,6 +6,8 @@
 --   $1 timestamptz: the read_at of the previous call
 -- Returns: name, max_retries, rate_limit, rate_burst, max_concurrency, backoff_base_ms,
 --   backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms,
+--   fairness, group_max_concurrency, group_rate_limit, group_rate_burst,
 --   created_at, updated_at, read_at.
 SELECT name, max_retries, rate_limit, rate_burst, max_concurrency,
-	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms, created_at, updated_at, now() AS read_at FROM queues WHERE updated_at >= $1
+	backoff_base_ms, backoff_max_ms, paused, priority_aging_ms, push, push_secret, retention, idempotency_window_ms,
+	fairness, group_max_concurrency, group_rate_limit, group_rate_burst, created_at, updated_at, now() AS read_at FROM queues WHERE updated_at >= $1

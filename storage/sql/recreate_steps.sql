@@ -23,13 +23,13 @@ WITH input AS (
 	WHERE t.id = $5
 )
 INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
-	timeout_seconds, replayed_from, schedule, workflow_id, step)
+	timeout_seconds, replayed_from, schedule, workflow_id, step, group_key)
 SELECT old.new_id, src.queue, src.payload, src.priority,
 	CASE WHEN old.waiting > 0 THEN 'blocked' ELSE 'pending' END, now(), src.max_retries,
-	src.timeout_seconds, src.id, src.schedule, $1, old.step
+	src.timeout_seconds, src.id, src.schedule, $1, old.step, src.group_key
 FROM old JOIN tasks src ON src.id = old.old_id
 RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced
+	workflow_id, step, debounce_key, debounced, group_key

@@ -1,6 +1,6 @@
 -- name: replay_dead
 -- replay_dead creates a new pending task from each dead one (keeping the schedule that
--- created it) and marks the dead ones replayed; the dead tasks keep their history.
+-- created it, and its group) and marks the dead ones replayed; the dead tasks keep their history.
 --
 -- Parameters:
 --   $1 uuid[]: the dead tasks, in the order to replay them
@@ -13,12 +13,12 @@ WITH src AS (
 	FROM src WHERE t.id = src.id
 )
 INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
-	timeout_seconds, replayed_from, schedule)
+	timeout_seconds, replayed_from, schedule, group_key)
 SELECT gen_random_uuid(), src.queue, src.payload, src.priority, 'pending', now(), src.max_retries,
-	src.timeout_seconds, src.id, src.schedule
+	src.timeout_seconds, src.id, src.schedule, src.group_key
 FROM src ORDER BY src.ord
 RETURNING id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced
+	workflow_id, step, debounce_key, debounced, group_key
