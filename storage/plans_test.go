@@ -43,7 +43,7 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 	for _, q := range []string{"live", "bulk"} {
 		rows, err := pool.Query(ctx, "EXPLAIN "+storage.EnqueueTasks, q, storage.DueChannel,
 			[]string{}, []string{}, []int32{}, []*string{}, []*int32{}, []*int32{}, []*string{}, [][]byte{},
-			nil, nil, true)
+			nil, nil, true, []*string{})
 		text := plan(t, rows, err)
 		if strings.Contains(text, "Seq Scan on tasks") || !strings.Contains(text, "tasks_dispatch_idx") {
 			t.Errorf("the enqueue's probe of queue %s is not planned on tasks_dispatch_idx:\n%s", q, text)

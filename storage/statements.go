@@ -113,6 +113,7 @@ var (
 	getTask                  = mustLoad("get_task")
 	taskAttempts             = mustLoad("task_attempts")
 	listTasks                = mustLoad("list_tasks")
+	listGroupTasks           = mustLoad("list_group_tasks")
 	cancelTask               = mustLoad("cancel_task")
 	taskStatus               = mustLoad("task_status")
 	foldTally                = mustLoad("fold_tally")

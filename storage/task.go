@@ -329,8 +329,12 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, *Cursor, e
 	if f.Status != "" {
 		statuses = []string{f.Status}
 	}
-	rows, err := s.pool.Query(ctx, listTasks, f.Queue, statuses, optional(f.WorkerID),
-		f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit+1, optional(f.Group))
+	args := []any{f.Queue, statuses, optional(f.WorkerID), f.CreatedAfter, f.CreatedBefore, after, afterID, f.Limit + 1}
+	statement := listTasks
+	if f.Group != "" {
+		statement, args = listGroupTasks, append(args, f.Group)
+	}
+	rows, err := s.pool.Query(ctx, statement, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list tasks of %s: %w", f.Queue, err)
 	}

@@ -14,8 +14,6 @@
 --   $6 timestamptz: keyset position: the created_at after which to continue (NULL: from the start)
 --   $7 uuid: keyset position: the id after which to continue
 --   $8 int8: the most rows to take
---   $9 text: the group_key (NULL: any group; a group's tasks are found among the
---      queue's by status and age, no index of its own)
 -- Returns: every column of the task row (as get_task).
 SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
@@ -33,7 +31,6 @@ CROSS JOIN LATERAL (
 		AND ($4::timestamptz IS NULL OR created_at >= $4)
 		AND ($5::timestamptz IS NULL OR created_at < $5)
 		AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
-		AND ($9::text IS NULL OR group_key = $9)
 	ORDER BY created_at DESC, id DESC
 	LIMIT $8
 ) t
