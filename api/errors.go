@@ -36,6 +36,8 @@ const (
 	CodeScheduleNotFound = "schedule_not_found"
 	CodeScheduleExists   = "schedule_exists"
 	CodeWorkflowNotFound = "workflow_not_found"
+	// CodeGroupNotFound: a group with no tasks (unfinished or dead) and no overrides.
+	CodeGroupNotFound = "group_not_found"
 	// CodeWorkflowNotCancellable: DELETE /workflows/:id of a finished workflow.
 	CodeWorkflowNotCancellable = "workflow_not_cancellable"
 	CodeUnavailable            = "unavailable"
@@ -88,6 +90,7 @@ var storageErrors = []struct {
 	{storage.ErrScheduleNotFound, http.StatusNotFound, CodeScheduleNotFound},
 	{storage.ErrScheduleExists, http.StatusConflict, CodeScheduleExists},
 	{storage.ErrWorkflowNotFound, http.StatusNotFound, CodeWorkflowNotFound},
+	{storage.ErrGroupNotFound, http.StatusNotFound, CodeGroupNotFound},
 	{storage.ErrWorkflowNotCancellable, http.StatusConflict, CodeWorkflowNotCancellable},
 }
 

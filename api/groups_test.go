@@ -197,3 +197,144 @@ func TestTaskGroup(t *testing.T) {
 		t.Fatalf("polled: %+v", polled[0])
 	}
 }
+
+// groupObject is the API's group object as tests read it.
+type groupObject struct {
+	Group          string   `json:"group"`
+	Weight         *int     `json:"weight"`
+	MaxConcurrency *int     `json:"max_concurrency"`
+	RateLimit      *float64 `json:"rate_limit"`
+	RateBurst      *int     `json:"rate_burst"`
+	Effective      struct {
+		Weight         int      `json:"weight"`
+		MaxConcurrency *int     `json:"max_concurrency"`
+		RateLimit      *float64 `json:"rate_limit"`
+		RateBurst      *int     `json:"rate_burst"`
+	} `json:"effective"`
+	Pending   int64 `json:"pending"`
+	Claimed   int64 `json:"claimed"`
+	Executing int64 `json:"executing"`
+	Dead      int64 `json:"dead"`
+}
+
+type groupPage struct {
+	Groups     []groupObject `json:"groups"`
+	NextCursor *string       `json:"next_cursor"`
+}
+
+// TestGroupRoutes: PUT sets a group's overrides (effective values beside them, the
+// queue's defaults where none), mirrored into Redis; GET shows them with the
+// group's counts; DELETE forgets them; a group with neither tasks nor overrides is
+// group_not_found; the list pages by name, and active=true lists only groups with
+// waiting or running work.
+func TestGroupRoutes(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", map[string]any{"fairness": "round_robin", "paused": true, "group_max_concurrency": 3,
+		"group_rate_limit": 2.5})
+
+	var g groupObject
+	s.Must(http.StatusOK, "PUT", "/queues/q/groups/vip", map[string]any{"weight": 5, "max_concurrency": 10}).JSON(t, &g)
+	if g.Group != "vip" || *g.Weight != 5 || *g.MaxConcurrency != 10 || g.RateLimit != nil || g.Effective.Weight != 5 ||
+		*g.Effective.MaxConcurrency != 10 || *g.Effective.RateLimit != 2.5 || *g.Effective.RateBurst != 3 || g.Pending != 0 {
+		t.Fatalf("PUT: %+v", g)
+	}
+	hash := s.Redis.HGetAll(t.Context(), s.Config.RedisPrefix+":{q:q}:f:set").Val()
+	if hash["vip"] != "5 10 - -" {
+		t.Fatalf("the overrides mirrored into Redis: %v", hash)
+	}
+
+	for range 3 {
+		s.Enqueue("q", map[string]any{"payload": 1, "group": "vip"})
+	}
+	s.Enqueue("q", map[string]any{"payload": 1, "group": "plain"})
+	s.Must(http.StatusOK, "GET", "/queues/q/groups/vip", nil).JSON(t, &g)
+	if g.Pending != 3 || *g.Weight != 5 {
+		t.Fatalf("GET vip: %+v", g)
+	}
+	s.Must(http.StatusOK, "GET", "/queues/q/groups/plain", nil).JSON(t, &g)
+	if g.Pending != 1 || g.Weight != nil || g.Effective.Weight != 1 || *g.Effective.MaxConcurrency != 3 {
+		t.Fatalf("GET plain: %+v", g)
+	}
+
+	// Not found, and bad input.
+	if r := s.Do("GET", "/queues/q/groups/nobody", nil); r.Status != http.StatusNotFound || r.ErrorCode(t) != "group_not_found" {
+		t.Fatalf("GET nobody: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("DELETE", "/queues/q/groups/nobody", nil); r.Status != http.StatusNotFound || r.ErrorCode(t) != "group_not_found" {
+		t.Fatalf("DELETE nobody: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("GET", "/queues/none/groups/vip", nil); r.Status != http.StatusNotFound || r.ErrorCode(t) != "queue_not_found" {
+		t.Fatalf("GET of a missing queue: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("PUT", "/queues/none/groups/vip", map[string]any{}); r.Status != http.StatusNotFound || r.ErrorCode(t) != "queue_not_found" {
+		t.Fatalf("PUT into a missing queue: %d %s", r.Status, r.Body)
+	}
+	if r := s.Do("GET", "/queues/none/groups", nil); r.Status != http.StatusNotFound || r.ErrorCode(t) != "queue_not_found" {
+		t.Fatalf("list of a missing queue: %d %s", r.Status, r.Body)
+	}
+	for _, bad := range []map[string]any{{"weight": 0}, {"weight": 1001}, {"max_concurrency": 0}, {"rate_limit": 0},
+		{"rate_burst": 0}, {"colour": 1}} {
+		if r := s.Do("PUT", "/queues/q/groups/vip", bad); r.Status != http.StatusBadRequest {
+			t.Errorf("PUT %v: %d", bad, r.Status)
+		}
+	}
+	if r := s.Do("PUT", "/queues/q/groups/a%20b", map[string]any{}); r.Status != http.StatusBadRequest {
+		t.Fatalf("PUT a bad group name: %d", r.Status)
+	}
+	for _, q := range []string{"?limit=0", "?limit=501", "?active=yes", "?cursor=!!"} {
+		if r := s.Do("GET", "/queues/q/groups"+q, nil); r.Status != http.StatusBadRequest {
+			t.Errorf("list %s: %d", q, r.Status)
+		}
+	}
+	s.Must(http.StatusOK, "GET", "/queues/q/groups/vip", nil).JSON(t, &g)
+	if *g.Weight != 5 || *g.MaxConcurrency != 10 {
+		t.Fatalf("after the refused PUTs: %+v", g)
+	}
+
+	// An idle group with overrides only is listed, but not as active.
+	s.Must(http.StatusOK, "PUT", "/queues/q/groups/idle", map[string]any{"rate_limit": 1}).JSON(t, &g)
+	var page groupPage
+	s.Must(http.StatusOK, "GET", "/queues/q/groups", nil).JSON(t, &page)
+	if names := groupNames(page); names != "idle plain vip" || page.NextCursor != nil {
+		t.Fatalf("list: %q, next %v", names, page.NextCursor)
+	}
+	s.Must(http.StatusOK, "GET", "/queues/q/groups?active=true", nil).JSON(t, &page)
+	if names := groupNames(page); names != "plain vip" {
+		t.Fatalf("active: %q", names)
+	}
+	// Pages of one.
+	var all []string
+	cursor := ""
+	for range 5 {
+		s.Must(http.StatusOK, "GET", "/queues/q/groups?limit=1"+cursor, nil).JSON(t, &page)
+		all = append(all, groupNames(page))
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = "&cursor=" + *page.NextCursor
+	}
+	if strings.Join(all, ",") != "idle,plain,vip" {
+		t.Fatalf("pages of one: %q", all)
+	}
+
+	// DELETE forgets the overrides (the tasks stay), in PostgreSQL and Redis.
+	s.Must(http.StatusNoContent, "DELETE", "/queues/q/groups/vip", nil)
+	s.Must(http.StatusOK, "GET", "/queues/q/groups/vip", nil).JSON(t, &g)
+	if g.Weight != nil || g.MaxConcurrency != nil || g.Pending != 3 {
+		t.Fatalf("after DELETE: %+v", g)
+	}
+	if hash := s.Redis.HGetAll(t.Context(), s.Config.RedisPrefix+":{q:q}:f:set").Val(); hash["vip"] != "" {
+		t.Fatalf("the overrides left in Redis: %v", hash)
+	}
+	s.Must(http.StatusNoContent, "DELETE", "/queues/q/groups/idle", nil)
+	s.Must(http.StatusNotFound, "GET", "/queues/q/groups/idle", nil)
+}
+
+func groupNames(p groupPage) string {
+	names := make([]string, len(p.Groups))
+	for i, g := range p.Groups {
+		names[i] = g.Group
+	}
+	return strings.Join(names, " ")
+}

@@ -155,6 +155,10 @@ func New(store *storage.Store, buf *buffer.Buffer, lc *lifecycle.Lifecycle, cfg 
 	e.POST("/queues/:name/resume", s.resumeQueue)
 	e.DELETE("/queues/:name", s.deleteQueue)
 	e.GET("/queues/:name/stats", s.stats)
+	e.GET("/queues/:name/groups", s.listGroups)
+	e.PUT("/queues/:name/groups/:group", s.putGroup)
+	e.GET("/queues/:name/groups/:group", s.getGroup)
+	e.DELETE("/queues/:name/groups/:group", s.deleteGroup)
 
 	e.POST("/queues/:name/tasks", s.enqueue)
 	e.POST("/queues/:name/tasks/batch", s.enqueueBatch)

@@ -153,6 +153,15 @@ func (f fixtures) task(queue string) string {
 	return out.ID
 }
 
+// group gives a fresh group of queue overrides and returns its name.
+func (f fixtures) group(queue string) string {
+	f.t.Helper()
+	name := uniq("grp")
+	must(f.t, f.in, 200, request{method: "PUT", path: "/queues/" + queue + "/groups/" + name, token: f.admin,
+		body: map[string]any{"weight": 2}})
+	return name
+}
+
 // workflow submits a one-step workflow into queue and returns its id.
 func (f fixtures) workflow(queue string) string {
 	f.t.Helper()

@@ -75,7 +75,15 @@ var matrixCases = map[string]routeCase{
 		f.queue(name, nil)
 		return request{path: "/queues/" + name}
 	}},
-	"GET /queues/:name/stats":        {producerQ, 200, get("/queues/mq/stats")},
+	"GET /queues/:name/stats":  {producerQ, 200, get("/queues/mq/stats")},
+	"GET /queues/:name/groups": {producerQ, 200, get("/queues/mq/groups?active=true")},
+	"GET /queues/:name/groups/:group": {producerQ, 200, func(f fixtures) request {
+		return request{path: "/queues/mq/groups/" + f.group("mq")}
+	}},
+	"PUT /queues/:name/groups/:group": {adminQ, 200, post("/queues/pq/groups/g1", map[string]any{"max_concurrency": 2})},
+	"DELETE /queues/:name/groups/:group": {adminQ, 204, func(f fixtures) request {
+		return request{path: "/queues/pq/groups/" + f.group("pq")}
+	}},
 	"POST /queues/:name/tasks":       {producerQ, 201, post("/queues/mq/tasks", map[string]any{"payload": map[string]any{"k": 1}})},
 	"POST /queues/:name/tasks/batch": {producerQ, 201, post("/queues/mq/tasks/batch", map[string]any{"tasks": []any{map[string]any{"payload": 1}}})},
 	"GET /queues/:name/tasks":        {producerQ, 200, get("/queues/mq/tasks?limit=5")},

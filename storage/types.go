@@ -57,6 +57,8 @@ var (
 	ErrScheduleNotFound = errors.New("schedule not found")
 	ErrScheduleExists   = errors.New("schedule already exists")
 	ErrWorkflowNotFound = errors.New("workflow not found")
+	// ErrGroupNotFound: the group has no tasks (unfinished or dead) and no overrides.
+	ErrGroupNotFound = errors.New("group not found")
 	// ErrWorkflowNotCancellable: the workflow already finished.
 	ErrWorkflowNotCancellable = errors.New("workflow already finished")
 )
