@@ -32,7 +32,7 @@ var callers = []string{
 // lifecycle function, which is the only code that may call it.
 var transitions = []string{
 	"Enqueue", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "FireDueSchedule", "TriggerSchedule",
-	"ClaimTasks", "ClaimMany", "Ack", "AckMany", "Nack", "Release", "ReclaimExpired",
+	"ClaimMany", "Ack", "AckMany", "Nack", "Release", "ReclaimExpired",
 	"CancelTask", "CancelTasks", "CancelWaiting", "CancelWorkflow", "Replay",
 	"CreateQueue", "UpdateQueue", "DeleteQueue",
 	"Heartbeat", "HeartbeatProgress", "HeartbeatMany", "DiscardDead", "DiscardDeadMany",
