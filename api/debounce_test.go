@@ -11,8 +11,9 @@ import (
 )
 
 // TestDebounceReplacesTheWaitingTask: a second enqueue with the key answers 200 with
-// the same task, its new payload and priority, due later, debounced 1; GET and the
-// list show the key and the count; another key creates another task.
+// the same task, its new payload and priority, due later, debounced 1; a third whose
+// quiet period passes debounce_max_ms is due at the first enqueue + the bound; GET
+// and the list show the key and the count; another key creates another task.
 func TestDebounceReplacesTheWaitingTask(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
@@ -34,8 +35,18 @@ func TestDebounceReplacesTheWaitingTask(t *testing.T) {
 		!second.ScheduledAt.After(first.ScheduledAt) {
 		t.Fatalf("second enqueue: %+v (payload %s)", second, second.Payload)
 	}
+	// A quiet period that would end past debounce_max_ms (now + 10 min > the first
+	// enqueue + 10 min) is capped: due at the first enqueue + the bound.
+	var capped testserver.Task
+	s.Must(http.StatusOK, "POST", "/queues/q/tasks", map[string]any{
+		"payload": map[string]any{"rev": 2}, "priority": 1, "debounce_key": "doc-7", "debounce_ms": 600_000,
+		"debounce_max_ms": 600_000,
+	}).JSON(t, &capped)
+	if capped.ID != first.ID || capped.Debounced != 2 || capped.ScheduledAt.Sub(first.CreatedAt) != 10*time.Minute {
+		t.Fatalf("capped enqueue: %+v, want due 10 minutes after %s", capped, first.CreatedAt)
+	}
 	got := s.Task("q", first.ID)
-	if got.Debounced != 1 || got.DebounceKey == nil || *got.DebounceKey != "doc-7" || string(got.Payload) != `{"rev":2}` {
+	if got.Debounced != 2 || got.DebounceKey == nil || *got.DebounceKey != "doc-7" || string(got.Payload) != `{"rev":2}` {
 		t.Fatalf("GET: %+v", got)
 	}
 	s.Must(http.StatusCreated, "POST", "/queues/q/tasks", map[string]any{
@@ -49,7 +60,7 @@ func TestDebounceReplacesTheWaitingTask(t *testing.T) {
 		t.Fatalf("list: %d tasks, want 2", len(page.Tasks))
 	}
 	for _, task := range page.Tasks {
-		if task.ID == first.ID && task.Debounced != 1 || task.ID == other.ID && task.Debounced != 0 {
+		if task.ID == first.ID && task.Debounced != 2 || task.ID == other.ID && task.Debounced != 0 {
 			t.Fatalf("listed: %+v", task)
 		}
 	}
@@ -62,7 +73,7 @@ func TestDebounceReplacesTheWaitingTask(t *testing.T) {
 		{"payload": 3, "debounce_key": "doc-7", "debounce_ms": 60_000},
 		{"payload": "plain"},
 	}}).JSON(t, &batch)
-	if len(batch.Tasks) != 2 || batch.Tasks[0].ID != first.ID || batch.Tasks[0].Debounced != 2 || batch.Tasks[1].DebounceKey != nil {
+	if len(batch.Tasks) != 2 || batch.Tasks[0].ID != first.ID || batch.Tasks[0].Debounced != 3 || batch.Tasks[1].DebounceKey != nil {
 		t.Fatalf("batch: %+v", batch.Tasks)
 	}
 }

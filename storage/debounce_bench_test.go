@@ -60,12 +60,18 @@ func BenchmarkEnqueueDebounce(b *testing.B) {
 // idempotency_keys holds TASKFORGE_BENCH_RESERVED_KEYS (default 1,000,000) keys
 // reserved past their tasks' deletion with enqueues into one that holds none: with a
 // fresh idempotency key each (the path that writes idempotency_keys), and without
-// one. Run with -count to interleave them.
+// one. The keys are loaded once; TASKFORGE_BENCH_ROUNDS (default 1) interleaves that
+// many rounds of the four (the second and later named "#01", "#02", ...), as -count
+// would without loading the keys again each time.
 func BenchmarkEnqueueReservedKeys(b *testing.B) {
 	ctx := context.Background()
 	reserved := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("TASKFORGE_BENCH_RESERVED_KEYS")); err == nil {
 		reserved = v
+	}
+	rounds := 1
+	if v, err := strconv.Atoi(os.Getenv("TASKFORGE_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
 	}
 	empty, full := newStore(b), newStore(b)
 	start := time.Now()
@@ -80,23 +86,25 @@ func BenchmarkEnqueueReservedKeys(b *testing.B) {
 	b.Logf("%d reserved keys written in %s", reserved, time.Since(start).Round(time.Millisecond))
 	payload := json.RawMessage(`{"n":1}`)
 	n := 0
-	for _, c := range []struct {
-		name  string
-		store *storage.Store
-		key   bool
-	}{{"keyed/none", empty, true}, {"keyed/reserved", full, true}, {"plain/none", empty, false}, {"plain/reserved", full, false}} {
-		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() {
-				t := storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: payload, Priority: 5}
-				if c.key {
-					n++
-					k := "fresh-" + strconv.Itoa(n)
-					t.IdempotencyKey, t.Fingerprint = &k, []byte(k)
+	for range rounds {
+		for _, c := range []struct {
+			name  string
+			store *storage.Store
+			key   bool
+		}{{"keyed/none", empty, true}, {"keyed/reserved", full, true}, {"plain/none", empty, false}, {"plain/reserved", full, false}} {
+			b.Run(c.name, func(b *testing.B) {
+				for b.Loop() {
+					t := storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: payload, Priority: 5}
+					if c.key {
+						n++
+						k := "fresh-" + strconv.Itoa(n)
+						t.IdempotencyKey, t.Fingerprint = &k, []byte(k)
+					}
+					if _, err := c.store.Enqueue(ctx, "q", []storage.NewTask{t}, nil); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if _, err := c.store.Enqueue(ctx, "q", []storage.NewTask{t}, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }
