@@ -16,14 +16,26 @@ import (
 // BenchmarkEnqueueDebounce compares, in one run on one database, a single-task
 // enqueue without a debounce key (due now, or scheduled a minute ahead as a
 // debounced task is) with one that carries a key: a new key each time (the
-// statement inserts) and one key throughout (it replaces the waiting task). Run
-// with -count to interleave them; docs/benchmarks.md has the figures.
+// statement inserts) and one key throughout (it replaces the waiting task).
+// TASKFORGE_BENCH_ROUNDS (default 1) interleaves that many rounds of the four (-count
+// would run each one's repeats back to back); docs/benchmarks.md has the figures.
 func BenchmarkEnqueueDebounce(b *testing.B) {
 	s := newStore(b)
-	ctx := context.Background()
 	payload := json.RawMessage(`{"n":1}`)
 	later := time.Now().Add(time.Hour)
 	n := 0
+	rounds := 1
+	if v, err := strconv.Atoi(os.Getenv("TASKFORGE_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	for range rounds {
+		benchDebounceRound(b, s, payload, later, &n)
+	}
+}
+
+// benchDebounceRound is one round of BenchmarkEnqueueDebounce's four cases.
+func benchDebounceRound(b *testing.B, s *storage.Store, payload json.RawMessage, later time.Time, n *int) {
+	ctx := context.Background()
 	for _, c := range []struct {
 		name string
 		task func() storage.NewTask
@@ -35,8 +47,8 @@ func BenchmarkEnqueueDebounce(b *testing.B) {
 			return storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: payload, Priority: 5, ScheduledAt: &later}
 		}},
 		{"debounce-new-key", func() storage.NewTask {
-			n++
-			key := "k" + strconv.Itoa(n)
+			*n++
+			key := "k" + strconv.Itoa(*n)
 			return storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: payload, Priority: 5, DebounceKey: &key,
 				DebounceMs: 60_000}
 		}},
