@@ -39,6 +39,9 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrScheduleNotFound: the schedule does not exist (404).
 	ErrScheduleNotFound = errors.New("schedule not found")
+	// ErrGroupNotFound: the group has no tasks (unfinished or dead) and no
+	// overrides (404).
+	ErrGroupNotFound = errors.New("group not found")
 	// ErrScheduleExists: a schedule of that name already exists (409).
 	ErrScheduleExists = errors.New("schedule already exists")
 	// ErrWorkflowNotFound: no workflow has the id (404).
@@ -69,6 +72,7 @@ var (
 // codes maps each API error code to its sentinel.
 var codes = map[string]error{
 	"schedule_not_found":       ErrScheduleNotFound,
+	"group_not_found":          ErrGroupNotFound,
 	"schedule_exists":          ErrScheduleExists,
 	"workflow_not_found":       ErrWorkflowNotFound,
 	"workflow_not_cancellable": ErrWorkflowNotCancellable,

@@ -62,6 +62,14 @@ type QueueSettings struct {
 	// task's creation, even once the task is deleted (0 to 30 days, sent in
 	// milliseconds; on create 24 h).
 	IdempotencyWindow *time.Duration
+	// Fairness "round_robin" makes the queue's groups take weighted turns; Null()
+	// puts them back in one line.
+	Fairness Nullable[string]
+	// The defaults of every group of the queue (a group's overrides win; see
+	// PutGroup): executing tasks at once, tasks per second, bucket size.
+	GroupMaxConcurrency Nullable[int]
+	GroupRateLimit      Nullable[float64]
+	GroupRateBurst      Nullable[int]
 }
 
 // RetentionSettings are the retention ages a QueueSettings changes, each at least
@@ -96,6 +104,10 @@ func (s QueueSettings) body() map[string]any {
 	s.RateLimit.put(m, "rate_limit")
 	s.RateBurst.put(m, "rate_burst")
 	s.MaxConcurrency.put(m, "max_concurrency")
+	s.Fairness.put(m, "fairness")
+	s.GroupMaxConcurrency.put(m, "group_max_concurrency")
+	s.GroupRateLimit.put(m, "group_rate_limit")
+	s.GroupRateBurst.put(m, "group_rate_burst")
 	if s.BackoffBase != nil {
 		m["backoff_base_ms"] = s.BackoffBase.Milliseconds()
 	}

@@ -43,6 +43,9 @@ type NewTask struct {
 	// DebounceMax bounds how long a task waits from its first enqueue (rounded up
 	// to whole milliseconds); zero means no bound.
 	DebounceMax time.Duration
+	// Group names the task's group in a fair queue (a tenant, a customer…: 1..200
+	// characters of A-Z a-z 0-9 . _ : @ -); "" = the queue's unnamed group.
+	Group string
 }
 
 // roundUpMs is d in whole milliseconds, rounded up.
@@ -68,7 +71,8 @@ func (t NewTask) MarshalJSON() ([]byte, error) {
 		DebounceKey    string          `json:"debounce_key,omitempty"`
 		DebounceMs     int64           `json:"debounce_ms,omitempty"`
 		DebounceMaxMs  int64           `json:"debounce_max_ms,omitempty"`
-	}{Payload: payload, Priority: t.Priority, MaxRetries: t.MaxRetries, IdempotencyKey: t.IdempotencyKey,
+		Group          string          `json:"group,omitempty"`
+	}{Group: t.Group, Payload: payload, Priority: t.Priority, MaxRetries: t.MaxRetries, IdempotencyKey: t.IdempotencyKey,
 		DebounceKey: t.DebounceKey, DebounceMs: roundUpMs(t.Debounce), DebounceMaxMs: roundUpMs(t.DebounceMax)}
 	if !t.ScheduledAt.IsZero() {
 		at := t.ScheduledAt.UTC()

@@ -54,7 +54,13 @@ type Queue struct {
 	Retention Retention `json:"retention"`
 	// IdempotencyWindowMs is how long an idempotency key stays reserved after its
 	// task's creation, even once the task is deleted.
-	IdempotencyWindowMs int64     `json:"idempotency_window_ms"`
+	IdempotencyWindowMs int64 `json:"idempotency_window_ms"`
+	// Fairness is "round_robin" when the queue's groups take turns, nil otherwise;
+	// the Group fields are the defaults of each group (nil = unlimited).
+	Fairness            *string   `json:"fairness"`
+	GroupMaxConcurrency *int      `json:"group_max_concurrency"`
+	GroupRateLimit      *float64  `json:"group_rate_limit"`
+	GroupRateBurst      *int      `json:"group_rate_burst"`
 	CreatedAt           time.Time `json:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at"`
 }

@@ -70,7 +70,7 @@ func exitCodeOf(err error) int {
 	case is(client.ErrUnavailable, context.DeadlineExceeded):
 		return exitUnavailable
 	case is(client.ErrQueueNotFound, client.ErrTaskNotFound, client.ErrNotFound, client.ErrScheduleNotFound,
-		client.ErrWorkflowNotFound):
+		client.ErrWorkflowNotFound, client.ErrGroupNotFound):
 		return exitNotFound
 	case is(client.ErrQueueExists, client.ErrQueueNotEmpty, client.ErrTaskNotCancellable,
 		client.ErrIdempotencyConflict, client.ErrLeaseLost, client.ErrScheduleExists, client.ErrWorkflowNotCancellable):

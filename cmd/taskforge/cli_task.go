@@ -38,6 +38,7 @@ type enqueueFlags struct {
 	debounce       time.Duration
 	debounceMax    time.Duration
 	batchSize      int
+	group          string
 }
 
 // fileTask is one line of an enqueue file: the API's enqueue body.
@@ -51,6 +52,7 @@ type fileTask struct {
 	DebounceKey    *string         `json:"debounce_key"`
 	DebounceMs     *int64          `json:"debounce_ms"`
 	DebounceMaxMs  *int64          `json:"debounce_max_ms"`
+	Group          *string         `json:"group"`
 }
 
 func taskEnqueueCommand(o *cliOptions) *cobra.Command {
@@ -118,6 +120,7 @@ how long it waits from its first enqueue), or is created due 30s from now.`,
 	fs.StringVar(&f.debounceKey, "debounce-key", "", "replace the queue's task waiting with this key, or create one (needs --debounce)")
 	fs.DurationVar(&f.debounce, "debounce", 0, "with --debounce-key: the quiet period after which the task is due")
 	fs.DurationVar(&f.debounceMax, "debounce-max", 0, "with --debounce-key: the longest the task waits from its first enqueue")
+	fs.StringVar(&f.group, "group", "", "the task's group in a fair queue (with --file: the default of lines without one)")
 	fs.IntVar(&f.batchSize, "batch-size", client.MaxBatch, "tasks per request with --file (1..1000)")
 	return cmd
 }
@@ -154,6 +157,7 @@ func (f *enqueueFlags) template(cmd *cobra.Command) (client.NewTask, error) {
 		t.Timeout = f.timeout
 	}
 	t.Debounce, t.DebounceMax = f.debounce, f.debounceMax
+	t.Group = f.group
 	if changed("delay") {
 		t.ScheduledAt = time.Now().Add(f.delay)
 	}
@@ -209,6 +213,9 @@ func readTaskFile(r io.Reader, name string, tmpl client.NewTask) ([]client.NewTa
 		}
 		if ft.DebounceKey != nil {
 			t.DebounceKey = *ft.DebounceKey
+		}
+		if ft.Group != nil {
+			t.Group = *ft.Group
 		}
 		if ft.DebounceMs != nil {
 			t.Debounce = time.Duration(*ft.DebounceMs) * time.Millisecond
@@ -292,6 +299,7 @@ func printTask(w io.Writer, t *client.Task) error {
 		{"schedule", fmtPtr(t.Schedule)},
 		{"debounce_key", fmtPtr(t.DebounceKey)},
 		{"debounced", strconv.Itoa(t.Debounced)},
+		{"group", fmtPtr(t.Group)},
 		{"created_at", fmtTime(t.CreatedAt)},
 		{"finished_at", fmtTimePtr(t.FinishedAt)},
 	})

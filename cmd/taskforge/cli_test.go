@@ -44,7 +44,7 @@ type result struct {
 func run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "taskforge", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(workerCommand(), queueCommand(), scheduleCommand(), workflowCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand(), auditCommand(), benchCommand())
+	root.AddCommand(workerCommand(), queueCommand(), groupCommand(), scheduleCommand(), workflowCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand(), auditCommand(), benchCommand())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)

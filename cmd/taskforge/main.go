@@ -23,7 +23,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), migrateCommand(), devCommand(), workerCommand(), queueCommand(), scheduleCommand(), workflowCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand(), benchCommand(), tokenCommand(), keysCommand(), auditCommand())
+	root.AddCommand(serveCommand(), migrateCommand(), devCommand(), workerCommand(), queueCommand(), groupCommand(), scheduleCommand(), workflowCommand(), taskCommand(), dlqCommand(), workersCommand(), statsCommand(), benchCommand(), tokenCommand(), keysCommand(), auditCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "taskforge:", err)
 		var exit exitError
