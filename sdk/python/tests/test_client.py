@@ -198,3 +198,13 @@ def test_connections_are_reused(client: taskforge.Client, queue: str) -> None:
     for _ in range(5):
         client.get_queue(queue)
     assert len(client._t._conns) == 1
+
+
+def test_group_on_enqueue_and_task(client: taskforge.Client, queue: str) -> None:
+    a = client.enqueue(queue, 1, group="acme")
+    assert a.group == "acme"
+    b, c = client.enqueue_batch(queue, [taskforge.NewTask(payload=2, group="beta"), taskforge.NewTask(payload=3)])
+    assert b.group == "beta" and c.group is None
+    assert client.get_task(queue, a.id).group == "acme"
+    with pytest.raises(taskforge.InvalidRequest):
+        client.enqueue(queue, 4, group="not a group")

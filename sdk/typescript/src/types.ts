@@ -36,6 +36,12 @@ export interface Queue {
   retention: Retention;
   /** How long an idempotency key stays reserved after its task's creation, even once the task is deleted. */
   idempotency_window_ms: number;
+  /** "round_robin" when the queue's groups take turns; null = one line. */
+  fairness: "round_robin" | null;
+  /** The defaults of each group (null = unlimited); a group's overrides win. */
+  group_max_concurrency: number | null;
+  group_rate_limit: number | null;
+  group_rate_burst: number | null;
   created_at: string;
   updated_at: string;
 }
@@ -61,6 +67,11 @@ export interface QueueSettings {
   retention?: RetentionSettings | null;
   /** 0..2,592,000,000 (30 days; default 24 h): see Queue.idempotency_window_ms. */
   idempotency_window_ms?: number;
+  /** "round_robin": the queue's groups take weighted turns; null = one line. */
+  fairness?: "round_robin" | null;
+  group_max_concurrency?: number | null;
+  group_rate_limit?: number | null;
+  group_rate_burst?: number | null;
 }
 
 /**
@@ -120,6 +131,8 @@ export interface Task {
   debounce_key: string | null;
   /** How many later enqueues with its debounce key replaced the task while it waited. */
   debounced: number;
+  /** The task's group in a fair queue; null = the queue's unnamed group. */
+  group: string | null;
   died_at?: string;
   attempt_history?: Attempt[];
 }
@@ -149,6 +162,8 @@ export interface NewTask {
   debounce_ms?: number;
   /** ≥ `debounce_ms` (≤ 30 days): the longest a task waits from its first enqueue, in ms. */
   debounce_max_ms?: number;
+  /** The task's group in a fair queue: 1..200 of A-Z a-z 0-9 . _ : @ -; absent or null = the unnamed group. */
+  group?: string | null;
 }
 
 /** One page of a task listing; `next_cursor` is null on the last page. */
@@ -243,6 +258,8 @@ export interface PolledTask {
   heartbeat_interval_ms: number;
   timeout_seconds: number | null;
   traceparent: string | null;
+  /** The task's group; null = the queue's unnamed group. */
+  group?: string | null;
 }
 
 /** One ack of a batch, or carried by a poll. */

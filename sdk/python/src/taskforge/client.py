@@ -184,6 +184,7 @@ class Client:
         debounce_ms: int | None = None,
         debounce_max_ms: int | None = None,
         traceparent: str | None = None,
+        group: str | None = None,
     ) -> Task:
         """Enqueues one task. The same ``idempotency_key`` with the same request
         returns the existing task; with a different one, :class:`IdempotencyConflict`.
@@ -191,7 +192,7 @@ class Client:
         replaced (``debounced`` > 0), or the task it created."""
         nt = NewTask(payload=payload, priority=priority, scheduled_at=scheduled_at, max_retries=max_retries,
                      timeout_seconds=timeout_seconds, idempotency_key=idempotency_key, debounce_key=debounce_key,
-                     debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms)
+                     debounce_ms=debounce_ms, debounce_max_ms=debounce_max_ms, group=group)
         headers = {"traceparent": traceparent} if traceparent else None
         return Task.from_json(self._t.request("POST", f"/queues/{_q(queue)}/tasks", body=nt.to_json(),
                                               headers=headers).body)

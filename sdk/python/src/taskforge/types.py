@@ -72,6 +72,12 @@ class Queue:
     #: How long finished tasks are kept, the server's defaults filled in.
     retention: Retention | None = None
     idempotency_window_ms: int = 86_400_000
+    #: "round_robin" when the queue's groups take turns; None = one line.
+    fairness: str | None = None
+    #: The defaults of each group (None = unlimited); a group's overrides win.
+    group_max_concurrency: int | None = None
+    group_rate_limit: float | None = None
+    group_rate_burst: int | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -148,6 +154,8 @@ class Task:
     schedule: str | None = None
     debounce_key: str | None = None
     debounced: int = 0
+    #: The task's group in a fair queue; None = the queue's unnamed group.
+    group: str | None = None
     attempt_history: list[Attempt] = field(default_factory=list)
 
     @property
@@ -240,6 +248,9 @@ class NewTask:
     debounce_key: str | None = None
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
+    #: The task's group in a fair queue (1..200 of A-Z a-z 0-9 . _ : @ -); None =
+    #: the queue's unnamed group.
+    group: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"payload": self.payload}
@@ -254,7 +265,7 @@ class NewTask:
             body["timeout_seconds"] = self.timeout_seconds
         if self.idempotency_key is not None:
             body["idempotency_key"] = self.idempotency_key
-        for name in ("debounce_key", "debounce_ms", "debounce_max_ms"):
+        for name in ("debounce_key", "debounce_ms", "debounce_max_ms", "group"):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)
         return body
@@ -274,6 +285,8 @@ class PolledTask:
     heartbeat_interval_ms: int = 0
     timeout_seconds: int | None = None
     traceparent: str | None = None
+    #: The task's group; None = the queue's unnamed group.
+    group: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PolledTask:
