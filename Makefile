@@ -99,6 +99,16 @@ chaos: ## Long fault-injection run: CHAOS_TASKS tasks under CHAOS_DURATION of se
 	  TASKFORGE_CHAOS_WORKER_CONCURRENCY=$(CHAOS_WORKER_CONCURRENCY) \
 	  $(GO) test -count=1 -timeout 90m -v -run '^TestChaosLosesNothing$$' ./chaos
 
+# The mover of an older release's finished tasks into history (internal/backfill) on a
+# million tasks beside a live queue; `make test` runs it on 20,000. It logs the rate and
+# the live calls' p50, p99 and max.
+BACKFILL_TASKS ?= 1000000
+
+.PHONY: backfill-test
+
+backfill-test: ## Move BACKFILL_TASKS finished tasks into history beside a live queue; check every count, log the live latencies
+	TASKFORGE_BACKFILL_TASKS=$(BACKFILL_TASKS) $(GO) test -count=1 -timeout 30m -v -run '^TestMoveBesideALiveQueue$$' ./internal/backfill
+
 # Fuzz the request decoders and the buffer's score / pop arguments, FUZZTIME each
 # (their seed corpora, testdata/fuzz, also run in every `go test`).
 FUZZTIME ?= 10s
