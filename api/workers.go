@@ -225,7 +225,7 @@ func (s *Server) uncapped(ctx context.Context, queues []string) ([]string, error
 		if err != nil {
 			return nil, fmt.Errorf("settings of queue %s: %w", q, err)
 		}
-		if ok && l.MaxConcurrency == 0 {
+		if ok && l.MaxConcurrency == 0 && l.GroupMaxConcurrency == 0 {
 			out = append(out, q)
 		}
 	}
@@ -254,7 +254,7 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("settings of queue %s: %w", q, err)
 		}
-		if !ok || (p.prefetch && limits.MaxConcurrency > 0) {
+		if !ok || (p.prefetch && (limits.MaxConcurrency > 0 || limits.GroupMaxConcurrency > 0)) {
 			continue // unknown queue, or a capped one a prefetch would hold a slot of
 		}
 		tasks, retryAfter, err := s.lc.Claim(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0)

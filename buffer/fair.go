@@ -74,11 +74,8 @@ type GroupedTask struct {
 	storage.Buffered
 }
 
-// GroupSlot names a task of a fair queue with its group.
-type GroupSlot struct {
-	Group string
-	ID    uuid.UUID
-}
+// GroupSlot names a task of a fair queue with its group ("" = the unnamed group).
+type GroupSlot = storage.GroupSlot
 
 // FairEntry is an id popped from a fair queue: its score, so it can be put back, and
 // its group, whose slot it holds.
@@ -328,6 +325,27 @@ func (b *Buffer) FairSize(ctx context.Context, queue string) (ids, groups int64,
 	ids, _ = n.Int64()
 	groups, _ = g.Int64()
 	return ids, groups, nil
+}
+
+// GroupSizes returns how many ids each of groups holds in fair queue's buffers, in
+// one pipeline (the dispatcher's look before it tops groups up).
+func (b *Buffer) GroupSizes(ctx context.Context, queue string, groups []string) (map[string]int64, error) {
+	p := b.fairKey(queue)
+	cmds := make([]*redis.IntCmd, len(groups))
+	_, err := b.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, g := range groups {
+			cmds[i] = pl.ZCard(ctx, p+"b:"+g)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group buffer sizes of %s: %w", queue, err)
+	}
+	out := make(map[string]int64, len(groups))
+	for i, g := range groups {
+		out[g] = cmds[i].Val()
+	}
+	return out, nil
 }
 
 // MissingOfGrouped returns those of tasks that their group's buffer of fair queue

@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskforge/taskforge/buffer"
@@ -55,6 +56,9 @@ type Config struct {
 	// RepairAfter is how long a task must have been buffered before a missing entry
 	// counts as lost. Defaults to 2s.
 	RepairAfter time.Duration
+	// GroupWindow is the most (priority, group) pairs of a fair queue one look
+	// lists (dispatcher/fair.go). Defaults to BufferTarget.
+	GroupWindow int
 	// RepairPage is how many buffered tasks one repair statement checks; a pass
 	// checks one page, resuming where the last ended, unless Redis lost its data.
 	// Defaults to 4 × BufferTarget.
@@ -89,6 +93,7 @@ func (c Config) WithDefaults() Config {
 	c.RepairInterval = cmp.Or(c.RepairInterval, 5*time.Second)
 	c.RepairAfter = cmp.Or(c.RepairAfter, 2*time.Second)
 	c.RepairPage = cmp.Or(c.RepairPage, 4*c.BufferTarget)
+	c.GroupWindow = cmp.Or(c.GroupWindow, c.BufferTarget)
 	return c
 }
 
@@ -109,6 +114,11 @@ type Dispatcher struct {
 	// Owned by Run's goroutine.
 	horizon      time.Time // database clock of the last timed pass
 	repairCursor *storage.BufferedCursor
+
+	// groupCursors is where each fair queue's next look at its groups starts
+	// (fair.go); a queue is absent when the next look starts from its first group.
+	groupMu      sync.Mutex
+	groupCursors map[string]groupCursor
 }
 
 // Mover runs the dispatch transition; *lifecycle.Lifecycle is one.
@@ -118,6 +128,9 @@ type Mover interface {
 	// telemetry, and reports how many it moved (some, even with an error, when the
 	// statement committed and the buffer failed: the repair pass heals those).
 	Dispatch(ctx context.Context, queue string, limit int, weight int64) (int, error)
+	// DispatchGroups is Dispatch for a fair queue: up to each pick's N due tasks of
+	// its group and priority, into the groups' buffers.
+	DispatchGroups(ctx context.Context, queue string, picks []storage.GroupPick, weight int64) (int, error)
 }
 
 // New returns a Dispatcher that reads and repairs through store and buf, moves due
@@ -334,7 +347,18 @@ func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[str
 		return names, append(errs, err)
 	}
 	for _, q := range active {
-		weight := buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)
+		limits := ratelimit.Of(q)
+		weight := buffer.LevelWeightMs(limits.AgingMs)
+		if limits.Fair {
+			n, err := d.dispatchFair(ctx, q.Name, weight)
+			if n > 0 {
+				moved[q.Name] += n
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		room := d.cfg.BufferTarget - int(sizes[q.Name])
 		for room > 0 {
 			batch := min(room, d.cfg.BatchSize)
@@ -368,6 +392,9 @@ func (d *Dispatcher) RepairStep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if lost {
+		if err := d.mirrorGroups(ctx); err != nil {
+			return 0, err
+		}
 		d.repairCursor = nil
 		return d.repairBuffered(ctx, -1)
 	}
@@ -387,7 +414,8 @@ func (d *Dispatcher) RepairOnce(ctx context.Context) (int, error) {
 	return d.repairBuffered(ctx, -1)
 }
 
-// syncSlots rebuilds every capped queue's concurrency slots from one statement.
+// syncSlots rebuilds every capped queue's concurrency slots, and every capped fair
+// queue's queue and group slots, from one statement each.
 func (d *Dispatcher) syncSlots(ctx context.Context) error {
 	executing, err := d.store.ExecutingInCappedQueues(ctx)
 	if err != nil {
@@ -395,6 +423,15 @@ func (d *Dispatcher) syncSlots(ctx context.Context) error {
 	}
 	for queue, ids := range executing {
 		if _, _, err := d.buf.Reconcile(ctx, queue, ids, buffer.SlotGrace); err != nil {
+			return err
+		}
+	}
+	grouped, err := d.store.ExecutingInFairQueues(ctx)
+	if err != nil {
+		return err
+	}
+	for queue, slots := range grouped {
+		if _, _, _, _, err := d.buf.ReconcileGrouped(ctx, queue, slots, buffer.SlotGrace); err != nil {
 			return err
 		}
 	}
@@ -425,27 +462,76 @@ func (d *Dispatcher) repairBuffered(ctx context.Context, pages int) (int, error)
 	return total, nil
 }
 
-// readd adds those of page that their queue's buffer lacks.
+// readd adds those of page that their queue's buffer lacks (a fair queue's: their
+// group's buffer).
 func (d *Dispatcher) readd(ctx context.Context, page []storage.BufferedTask) (int, error) {
-	missing, err := d.buf.MissingOf(ctx, page)
-	if err != nil || len(missing) == 0 {
-		return 0, err
+	if len(page) == 0 {
+		return 0, nil
 	}
-	byQueue := map[string][]storage.Buffered{}
-	for _, t := range missing {
-		byQueue[t.Queue] = append(byQueue[t.Queue], t.Buffered)
+	byQueue := map[string][]storage.BufferedTask{}
+	for _, t := range page {
+		byQueue[t.Queue] = append(byQueue[t.Queue], t)
 	}
 	queues, err := d.store.QueuesNamed(ctx, slices.Collect(maps.Keys(byQueue)))
 	if err != nil {
 		return 0, err
 	}
+	var plain []storage.BufferedTask
+	fair := map[string]storage.Queue{}
+	for _, q := range queues {
+		if ratelimit.Of(q).Fair {
+			fair[q.Name] = q
+		} else {
+			plain = append(plain, byQueue[q.Name]...)
+		}
+	}
+	missing, err := d.buf.MissingOf(ctx, plain)
+	if err != nil {
+		return 0, err
+	}
+	lost := map[string][]storage.Buffered{}
+	for _, t := range missing {
+		lost[t.Queue] = append(lost[t.Queue], t.Buffered)
+	}
 	total := 0
 	for _, q := range queues {
-		tasks := byQueue[q.Name]
-		if err := d.buf.Add(ctx, q.Name, tasks, buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)); err != nil {
-			return total, err
+		weight := buffer.LevelWeightMs(ratelimit.Of(q).AgingMs)
+		if _, ok := fair[q.Name]; ok {
+			n, err := d.readdGrouped(ctx, q.Name, byQueue[q.Name], weight)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			continue
 		}
-		total += len(tasks)
+		if tasks := lost[q.Name]; len(tasks) > 0 {
+			if err := d.buf.Add(ctx, q.Name, tasks, weight); err != nil {
+				return total, err
+			}
+			total += len(tasks)
+		}
 	}
 	return total, nil
+}
+
+// readdGrouped adds those of tasks of fair queue that their group's buffer lacks.
+func (d *Dispatcher) readdGrouped(ctx context.Context, queue string, tasks []storage.BufferedTask, weight int64) (int, error) {
+	slots := make([]buffer.GroupSlot, len(tasks))
+	byID := make(map[uuid.UUID]storage.Buffered, len(tasks))
+	for i, t := range tasks {
+		slots[i] = buffer.GroupSlot{Group: t.Group, ID: t.ID}
+		byID[t.ID] = t.Buffered
+	}
+	missing, err := d.buf.MissingOfGrouped(ctx, queue, slots)
+	if err != nil || len(missing) == 0 {
+		return 0, err
+	}
+	add := make([]buffer.GroupedTask, len(missing))
+	for i, m := range missing {
+		add[i] = buffer.GroupedTask{Group: m.Group, Buffered: byID[m.ID]}
+	}
+	if err := d.buf.AddGrouped(ctx, queue, add, weight); err != nil {
+		return 0, err
+	}
+	return len(add), nil
 }

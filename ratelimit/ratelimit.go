@@ -30,7 +30,19 @@ type Limits struct {
 	AgingMs        int64 // 0 = strict priority
 	// Push: the queue delivers to an HTTP target (package push); polls may not name it.
 	Push bool
+	// Fair: the queue's fairness is "round_robin": its tasks are buffered and popped
+	// by group (buffer.FairPop), within the group limits below beside the queue's.
+	Fair bool
+	// GroupMaxConcurrency, GroupRate and GroupBurst are a fair queue's defaults for
+	// each group (group_max_concurrency, group_rate_limit, group_rate_burst); 0 =
+	// unlimited, and a zero burst is the ceiling of the rate.
+	GroupMaxConcurrency int
+	GroupRate           float64
+	GroupBurst          int
 }
+
+// FairQueue is the fairness value that makes a queue fair.
+const FairQueue = "round_robin"
 
 // Of returns the limits a queue's settings ask for. The default burst is ceil(rate).
 func Of(q storage.Queue) Limits {
@@ -47,6 +59,18 @@ func Of(q storage.Queue) Limits {
 	}
 	if q.PriorityAgingMs != nil {
 		l.AgingMs = *q.PriorityAgingMs
+	}
+	if q.Fairness != nil && *q.Fairness == FairQueue {
+		l.Fair = true
+		if q.GroupMaxConcurrency != nil {
+			l.GroupMaxConcurrency = *q.GroupMaxConcurrency
+		}
+		if q.GroupRateLimit != nil {
+			l.GroupRate = *q.GroupRateLimit
+			if q.GroupRateBurst != nil {
+				l.GroupBurst = *q.GroupRateBurst
+			}
+		}
 	}
 	return l
 }

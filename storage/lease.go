@@ -167,7 +167,7 @@ func scanAckRefs(rows pgx.Rows) ([]Task, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Task, error) {
 		var t Task
 		err := row.Scan(&t.ID, &t.Queue, &t.Status, &t.Attempts, &t.LeaseToken, &t.AttemptStartedAt,
-			&t.Traceparent, &t.UpdatedAt, &t.FinishedAt)
+			&t.Traceparent, &t.UpdatedAt, &t.FinishedAt, &t.Group)
 		return t, err
 	})
 }

@@ -299,6 +299,33 @@ type Buffered struct {
 	ScheduledAt time.Time `db:"scheduled_at"`
 	FromStatus  string    `db:"from_status"` // the status it left (pending or retry)
 	Traceparent *string   `db:"traceparent"`
+	// Group is the task's group in a fair queue, "" for the unnamed group.
+	Group string `db:"group_key"`
+}
+
+// GroupSlot names a task of a fair queue with its group ("" = the unnamed group).
+type GroupSlot struct {
+	Group string
+	ID    uuid.UUID
+}
+
+// GroupPick asks the dispatch of a fair queue for up to N due tasks of one group at
+// one priority level (Store.DueGroups lists the pairs).
+type GroupPick struct {
+	Priority int
+	Group    *string // nil: the unnamed group
+	N        int
+}
+
+// GroupOverride is one group's overrides of its fair queue's group defaults, as
+// stored (nil: the queue's default).
+type GroupOverride struct {
+	Queue          string   `db:"queue"`
+	Group          string   `db:"group_key"`
+	Weight         *int     `db:"weight"`
+	MaxConcurrency *int     `db:"max_concurrency"`
+	RateLimit      *float64 `db:"rate_limit"`
+	RateBurst      *int     `db:"rate_burst"`
 }
 
 // Nack describes a worker's report that an attempt failed.
@@ -345,6 +372,8 @@ type Reclaimed struct {
 	// Effects is what the reclaim did to the rest of the step's workflow (see
 	// Task.Effects); nil for plain tasks.
 	Effects *StepEffects `db:"wf_effects"`
+	// Group is the task's group (nil: the unnamed group), whose slot the attempt held.
+	Group *string `db:"group_key"`
 }
 
 // Worker is a worker process as last seen.

@@ -38,6 +38,7 @@ type Telemetry struct {
 	dispatched      *prometheus.CounterVec
 	reclaims        *prometheus.CounterVec
 	limitedPolls    *prometheus.CounterVec
+	groupThrottled  *prometheus.CounterVec
 	execDuration    *prometheus.HistogramVec
 	dispatchLatency *prometheus.HistogramVec
 	claimDuration   prometheus.Histogram
@@ -75,6 +76,9 @@ func New(log *slog.Logger) *Telemetry {
 		Help: "Attempts the watchdog ended, by reason (abandoned, timed_out, cancelled)."}, []string{"queue", "reason"})
 	t.limitedPolls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_limited_polls_total",
 		Help: "Polls of a queue that flow control held back, by reason (rate, concurrency, paused)."}, []string{"queue", "reason"})
+	t.groupThrottled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_group_throttled_total",
+		Help: "Groups of a fair queue that a pop set aside, by reason: at their concurrency cap (cap) or out of tokens (rate)."},
+		[]string{"queue", "reason"})
 	t.execDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_task_execution_duration_seconds",
 		Help: "Duration of finished attempts, from claim to ack, nack or reclaim.", Buckets: latencyBuckets}, []string{"queue"})
 	t.dispatchLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "taskforge_dispatch_latency_seconds",
@@ -95,7 +99,7 @@ func New(log *slog.Logger) *Telemetry {
 	t.workflows = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskforge_workflows_total",
 		Help: "Workflow transitions this replica made: submitted, resumed (a dead step replayed), and the ends succeeded, failed and cancelled, whether made by a request or inside a step's statement."}, []string{"event"})
 	for _, c := range []prometheus.Collector{t.workflows, t.enqueued, t.completed, t.retries, t.releases, t.dispatched, t.reclaims,
-		t.limitedPolls, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration,
+		t.limitedPolls, t.groupThrottled, t.execDuration, t.dispatchLatency, t.claimDuration, t.commitFailures, t.httpRequests, t.httpDuration,
 		t.scheduleRuns, t.scheduleLate} {
 		f(c)
 	}
@@ -241,6 +245,20 @@ func (t *Telemetry) LimitedPoll(queue, reason string) {
 		return
 	}
 	t.limitedPolls.WithLabelValues(queue, reason).Inc()
+}
+
+// GroupThrottled counts the groups of fair queue that one pop set aside at their cap
+// and out of tokens (taskforge_group_throttled_total).
+func (t *Telemetry) GroupThrottled(queue string, atCap, outOfTokens int) {
+	if t == nil {
+		return
+	}
+	if atCap > 0 {
+		t.groupThrottled.WithLabelValues(queue, "cap").Add(float64(atCap))
+	}
+	if outOfTokens > 0 {
+		t.groupThrottled.WithLabelValues(queue, "rate").Add(float64(outOfTokens))
+	}
 }
 
 // ObserveClaim records how long one claim statement took.

@@ -27,9 +27,7 @@ func (l *Lifecycle) Cancel(ctx context.Context, queue string, id uuid.UUID) (sto
 		To: storage.StatusCancelled, Attempt: t.Attempts, Reason: "cancelled by request"}))
 	l.announceEnded(ctx, id)
 	// The buffer may still hold the id; a claim would skip it anyway.
-	if err := l.buf.Remove(ctx, queue, id); err != nil {
-		l.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
-	}
+	l.removeBufferedTask(ctx, queue, t.Group, id)
 	if t.Effects != nil { // a step: its workflow ended cancelled, its other steps with it
 		l.stepEffects(ctx, t.ID, queue, t.WorkflowID, t.Step, t.Effects)
 	}

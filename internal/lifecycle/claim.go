@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/internal/crashpoint"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
@@ -20,18 +21,19 @@ import (
 // Config.LeaseTimeout), puts the ids back when the claim fails, and frees the slots
 // of ids PostgreSQL no longer considered claimable. It also returns, when the rate
 // limit held tasks back, how long until the queue holds a token. Once popped, ids
-// are claimed or given back even if ctx ends.
+// are claimed or given back even if ctx ends. A fair queue (limits.Fair) pops by
+// group, in weighted turns within its group caps and buckets (buffer.FairPop).
 func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
 	var out []storage.Task
 	synced := false
 	for len(out) < want {
-		popped, err := l.buf.Pop(ctx, queue, want-len(out), limits)
+		popped, err := l.pop(ctx, queue, want-len(out), limits)
 		if err != nil {
 			return out, 0, fmt.Errorf("pop from queue %s: %w", queue, err)
 		}
 		if popped.NeedSync && !synced {
 			// Redis lost the queue's concurrency slots: rebuild them, then pop again.
-			if err := l.buf.SyncSlots(ctx, l.store, queue); err != nil {
+			if err := l.syncSlots(ctx, queue, limits); err != nil {
 				return out, 0, fmt.Errorf("rebuild concurrency slots of queue %s: %w", queue, err)
 			}
 			synced = true
@@ -75,16 +77,16 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 			}
 		}
 		if err != nil {
-			if perr := l.buf.Putback(bg, queue, popped.Entries); perr != nil {
+			if perr := l.putback(bg, queue, limits, popped.Entries); perr != nil {
 				l.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
 			}
-			l.releaseIfCapped(bg, limits, queue, ids...)
+			l.releasePopped(bg, queue, limits, popped.Entries)
 			return out, 0, fmt.Errorf("claim tasks of queue %s: %w", queue, err)
 		}
 		if len(claimed) < len(ids) {
 			// The rest were stale (cancelled, or taken by another replica): dropped, and
 			// the slots they took are freed.
-			l.releaseIfCapped(bg, limits, queue, unclaimed(ids, claimed)...)
+			l.releasePopped(bg, queue, limits, unclaimed(popped.Entries, claimed))
 		}
 		for _, t := range claimed {
 			l.tel.Transition(ofStep(t, telemetry.Transition{TaskID: t.ID, Queue: queue, WorkerID: workerID,
@@ -138,16 +140,87 @@ func taskAttrs(t storage.Task, workerID string) []attribute.KeyValue {
 	return attrs
 }
 
-func unclaimed(ids []uuid.UUID, claimed []storage.Task) []uuid.UUID {
+// unclaimed returns the entries of popped whose task is not among claimed.
+func unclaimed(popped []buffer.FairEntry, claimed []storage.Task) []buffer.FairEntry {
 	got := make(map[uuid.UUID]bool, len(claimed))
 	for _, t := range claimed {
 		got[t.ID] = true
 	}
-	var out []uuid.UUID
-	for _, id := range ids {
-		if !got[id] {
-			out = append(out, id)
+	var out []buffer.FairEntry
+	for _, e := range popped {
+		if !got[e.ID] {
+			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// pop takes up to n ids of queue from its buffer within its limits: from the plain
+// buffer (buffer.Pop), or by group from a fair queue's (buffer.FairPop), counting
+// the groups the fair pop set aside. Plain entries carry no group.
+func (l *Lifecycle) pop(ctx context.Context, queue string, n int, limits ratelimit.Limits) (buffer.FairPopped, error) {
+	if limits.Fair {
+		p, err := l.buf.FairPop(ctx, queue, n, limits, groupLimits(limits))
+		if err == nil {
+			l.tel.GroupThrottled(queue, p.CapParked, p.RateParked)
+		}
+		return p, err
+	}
+	p, err := l.buf.Pop(ctx, queue, n, limits)
+	if err != nil {
+		return buffer.FairPopped{}, err
+	}
+	out := buffer.FairPopped{RetryAfter: p.RetryAfter, Paused: p.Paused, RedisTimeUs: p.RedisTimeUs,
+		Remaining: p.Remaining, NeedSync: p.NeedSync, AtCap: p.AtCap}
+	if len(p.Entries) > 0 {
+		out.Entries = make([]buffer.FairEntry, len(p.Entries))
+		for i, e := range p.Entries {
+			out.Entries[i] = buffer.FairEntry{Entry: e}
+		}
+	}
+	return out, nil
+}
+
+// groupLimits are a fair queue's group defaults as the fair pop takes them.
+func groupLimits(limits ratelimit.Limits) buffer.GroupLimits {
+	return buffer.GroupLimits{MaxConcurrency: limits.GroupMaxConcurrency, Rate: limits.GroupRate, Burst: limits.GroupBurst}
+}
+
+// syncSlots rebuilds queue's slots from the tasks PostgreSQL shows executing: the
+// queue's, and in a fair queue each group's too.
+func (l *Lifecycle) syncSlots(ctx context.Context, queue string, limits ratelimit.Limits) error {
+	if limits.Fair {
+		return l.buf.SyncGroupSlots(ctx, l.store, queue)
+	}
+	return l.buf.SyncSlots(ctx, l.store, queue)
+}
+
+// putback returns popped entries to queue's buffer (a fair queue's: to their
+// groups').
+func (l *Lifecycle) putback(ctx context.Context, queue string, limits ratelimit.Limits, entries []buffer.FairEntry) error {
+	if limits.Fair {
+		return l.buf.PutbackGrouped(ctx, queue, entries, buffer.LevelWeightMs(limits.AgingMs))
+	}
+	plain := make([]buffer.Entry, len(entries))
+	for i, e := range entries {
+		plain[i] = e.Entry
+	}
+	return l.buf.Putback(ctx, queue, plain)
+}
+
+// releasePopped frees the slots that popped entries took and that no claim holds.
+func (l *Lifecycle) releasePopped(ctx context.Context, queue string, limits ratelimit.Limits, entries []buffer.FairEntry) {
+	if limits.Fair {
+		slots := make([]buffer.GroupSlot, len(entries))
+		for i, e := range entries {
+			slots[i] = buffer.GroupSlot{Group: e.Group, ID: e.ID}
+		}
+		l.releaseGroups(ctx, queue, slots...)
+		return
+	}
+	ids := make([]uuid.UUID, len(entries))
+	for i, e := range entries {
+		ids[i] = e.ID
+	}
+	l.releaseIfCapped(ctx, limits, queue, ids...)
 }

@@ -55,11 +55,11 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 			continue
 		}
 		buffered = append(buffered, storage.Buffered{ID: t.ID, Priority: t.Priority, ScheduledAt: t.ScheduledAt,
-			FromStatus: storage.StatusPending, Traceparent: t.Traceparent})
+			FromStatus: storage.StatusPending, Traceparent: t.Traceparent, Group: groupOf(t.Group)})
 	}
 	// Committed as dispatched: if this ZADD fails or we crash now, the
 	// dispatcher's repair pass re-adds them, as after its own lost ZADD.
-	if err := l.toBuffer(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs)); err != nil {
+	if err := l.toBuffer(context.WithoutCancel(ctx), queue, buffered, buffer.LevelWeightMs(limits.AgingMs), limits.Fair); err != nil {
 		l.log.Warn("enqueued tasks not buffered; the dispatcher's repair pass will", "queue", queue,
 			"tasks", len(buffered), "err", err)
 	}
@@ -89,11 +89,19 @@ func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []st
 	}
 	size, ok := l.sizes.get(queue)
 	if !ok {
-		sizes, err := l.buf.Sizes(ctx, []string{queue})
-		if err != nil {
-			return limits, false
+		if limits.Fair {
+			ids, _, err := l.buf.FairSize(ctx, queue)
+			if err != nil {
+				return limits, false
+			}
+			size = int(ids)
+		} else {
+			sizes, err := l.buf.Sizes(ctx, []string{queue})
+			if err != nil {
+				return limits, false
+			}
+			size = int(sizes[queue])
 		}
-		size = int(sizes[queue])
 		l.sizes.saw(queue, size)
 	}
 	return limits, size+len(tasks) <= l.cfg.BufferTarget

@@ -120,13 +120,7 @@ func (l *Lifecycle) finished(ctx context.Context, t storage.Task, workerID, reas
 		span = "taskforge.release"
 	}
 	l.tel.TaskSpan(span, t.Traceparent, append(taskAttrs(t, workerID), attribute.String("taskforge.status", t.Status))...)
-	switch limits, ok, err := l.limits.Get(ctx, t.Queue); {
-	case err != nil:
-		l.log.Warn("could not read the queue's settings to free the task's concurrency slot; the slot sync frees it",
-			"queue", t.Queue, "task_id", t.ID, "err", err)
-	case ok:
-		l.releaseIfCapped(context.WithoutCancel(ctx), limits, t.Queue, t.ID)
-	}
+	l.releaseTask(context.WithoutCancel(ctx), t.Queue, t.Group, t.ID)
 	if t.Effects != nil {
 		l.stepEffects(ctx, t.ID, t.Queue, t.WorkflowID, t.Step, t.Effects)
 	}
@@ -148,8 +142,8 @@ func (l *Lifecycle) Reclaim(ctx context.Context, limit int) ([]storage.Reclaimed
 		if r.Status != storage.StatusRetry {
 			finished = append(finished, r.TaskID)
 		}
-		l.due(r.Queue)                        // a retry scheduled by the reclaim: plan for it
-		l.releaseSlots(bg, r.Queue, r.TaskID) // the slot the lost attempt held
+		l.due(r.Queue)                                // a retry scheduled by the reclaim: plan for it
+		l.releaseTask(bg, r.Queue, r.Group, r.TaskID) // the slots the lost attempt held
 		l.tel.Reclaimed(r.Queue, r.Outcome)
 		tr := telemetry.Transition{TaskID: r.TaskID, Queue: r.Queue, WorkerID: r.WorkerID,
 			From: storage.StatusExecuting, To: r.Status, Attempt: r.Attempt, Duration: r.EndedAt.Sub(r.StartedAt),

@@ -126,6 +126,55 @@ func (l *Lifecycle) releaseSlots(ctx context.Context, queue string, ids ...uuid.
 	}
 }
 
+// releaseGroups frees the queue and group slots of tasks of fair queue, one call per
+// group. A failure is healed by the dispatcher's repair pass.
+func (l *Lifecycle) releaseGroups(ctx context.Context, queue string, slots ...buffer.GroupSlot) {
+	for len(slots) > 0 {
+		group := slots[0].Group
+		ids := make([]uuid.UUID, 0, len(slots))
+		rest := slots[:0:0]
+		for _, s := range slots {
+			if s.Group == group {
+				ids = append(ids, s.ID)
+			} else {
+				rest = append(rest, s)
+			}
+		}
+		if err := l.buf.ReleaseGroup(ctx, queue, group, ids...); err != nil {
+			l.log.Warn("group slots not released; the dispatcher's repair pass will", "queue", queue, "group", group, "err", err)
+		}
+		slots = rest
+	}
+}
+
+// releaseTask frees the slots an attempt of task id (of group, nil: the unnamed
+// one) held in queue: in a fair queue its queue and group slots, else its queue
+// slot. Without the queue's settings, only the queue slot goes; the repair pass
+// frees the rest.
+func (l *Lifecycle) releaseTask(ctx context.Context, queue string, group *string, id uuid.UUID) {
+	limits, ok, err := l.limits.Get(ctx, queue)
+	if err != nil {
+		l.log.Warn("could not read the queue's settings to free the task's slots; its queue slot goes, the slot sync frees the rest",
+			"queue", queue, "task_id", id, "err", err)
+	}
+	if ok && limits.Fair {
+		l.releaseGroups(ctx, queue, buffer.GroupSlot{Group: groupOf(group), ID: id})
+		return
+	}
+	if err == nil && ok && limits.MaxConcurrency == 0 {
+		return // an uncapped plain queue keeps no slots
+	}
+	l.releaseSlots(ctx, queue, id)
+}
+
+// groupOf is the buffer's name of a task's group: "" for the unnamed one.
+func groupOf(g *string) string {
+	if g == nil {
+		return ""
+	}
+	return *g
+}
+
 // releaseIfCapped frees the concurrency slots of ids when queue has a cap.
 func (l *Lifecycle) releaseIfCapped(ctx context.Context, limits ratelimit.Limits, queue string, ids ...uuid.UUID) {
 	if limits.MaxConcurrency > 0 {
@@ -135,13 +184,31 @@ func (l *Lifecycle) releaseIfCapped(ctx context.Context, limits ratelimit.Limits
 
 // removeBuffered drops cancelled ids from queue's buffer: a claim would skip them
 // anyway (they are no longer claimable), but removing them keeps them from taking a
-// poll's place.
+// poll's place. A fair queue's entries are left, since their groups are not known
+// here: a pop hands each to a claim that drops it and frees the slots it took.
 func (l *Lifecycle) removeBuffered(ctx context.Context, queue string, ids ...uuid.UUID) {
 	if len(ids) == 0 {
 		return
 	}
+	if limits, ok, err := l.limits.Get(ctx, queue); err == nil && ok && limits.Fair {
+		return
+	}
 	if err := l.buf.Remove(ctx, queue, ids...); err != nil {
 		l.log.Warn("cancelled tasks left in buffer", "queue", queue, "tasks", len(ids), "err", err)
+	}
+}
+
+// removeBufferedTask drops one cancelled task (of group, nil: the unnamed one) from
+// queue's buffer, a fair queue's group buffer included.
+func (l *Lifecycle) removeBufferedTask(ctx context.Context, queue string, group *string, id uuid.UUID) {
+	limits, ok, err := l.limits.Get(ctx, queue)
+	if err == nil && ok && limits.Fair {
+		err = l.buf.RemoveGrouped(ctx, queue, []buffer.GroupSlot{{Group: groupOf(group), ID: id}}, buffer.LevelWeightMs(limits.AgingMs))
+	} else {
+		err = l.buf.Remove(ctx, queue, id)
+	}
+	if err != nil {
+		l.log.Warn("cancelled task left in buffer", "task_id", id, "err", err)
 	}
 }
 

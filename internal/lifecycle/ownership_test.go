@@ -31,7 +31,7 @@ var callers = []string{
 // status (or a queue's, for the buffer's sake): each has its follow-ups in one
 // lifecycle function, which is the only code that may call it.
 var transitions = []string{
-	"Enqueue", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "FireDueSchedule", "TriggerSchedule",
+	"Enqueue", "EnqueueWith", "SubmitWorkflow", "DispatchDue", "DispatchDueGrouped", "FireDueSchedule", "TriggerSchedule",
 	"ClaimMany", "Ack", "AckMany", "Nack", "Release", "ReclaimExpired",
 	"CancelTask", "CancelTasks", "CancelWaiting", "CancelWorkflow", "Replay",
 	"CreateQueue", "UpdateQueue", "DeleteQueue",
@@ -47,14 +47,19 @@ var transitions = []string{
 var followUps = []string{
 	"Add", "Putback", "Pop", "Release", "Reconcile", "SyncSlots", "Unsync", "Wake",
 	"Remove", "Drop", "PublishDone",
+	"AddGrouped", "PutbackGrouped", "FairPop", "ReleaseGroup", "RemoveGrouped", "ReconcileGrouped",
+	"SyncGroupSlots", "SetGroup", "DropFair",
 }
 
 // repairs may call follow-ups outside lifecycle: the dispatcher's repair pass makes
 // Redis match PostgreSQL again (re-adds lost entries of tasks already claimed,
 // rebuilds slots from the executing tasks) and changes no task's status.
 var repairs = map[string][]string{
-	"dispatcher.(*Dispatcher).readd":     {"Add"},
-	"dispatcher.(*Dispatcher).syncSlots": {"Reconcile"},
+	"dispatcher.(*Dispatcher).readd":        {"Add"},
+	"dispatcher.(*Dispatcher).readdGrouped": {"AddGrouped"},
+	"dispatcher.(*Dispatcher).syncSlots":    {"Reconcile", "ReconcileGrouped"},
+	// After Redis lost its data, fair queues' group overrides are written again.
+	"dispatcher.(*Dispatcher).mirrorGroups": {"SetGroup"},
 }
 
 // redisWrites are the prefixes of the go-redis methods that change or announce

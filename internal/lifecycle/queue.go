@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -37,6 +38,21 @@ func (l *Lifecycle) ChangeQueue(ctx context.Context, name string, change func(*s
 		return storage.Queue{}, fmt.Errorf("change queue %s: %w", name, err)
 	}
 	l.limits.Set(q)
+	if !equalPtr(before.Fairness, q.Fairness) {
+		// The tasks buffered in the old layout are re-added to the new one by the
+		// dispatcher's repair pass (they stay buffered in PostgreSQL); the old layout
+		// goes, slots included, so the next pop rebuilds them.
+		var err error
+		if before.Fairness != nil {
+			err = l.buf.DropFair(ctx, name)
+		} else {
+			err = l.buf.Drop(ctx, name)
+		}
+		if err != nil {
+			l.log.Warn("could not drop the queue's buffer after its fairness changed; stale entries are dropped by their claims",
+				"queue", name, "err", err)
+		}
+	}
 	if !equalPtr(before.MaxConcurrency, q.MaxConcurrency) {
 		// The running set is only kept while a cap is on: rebuild it before the next pop.
 		if err := l.buf.Unsync(ctx, name); err != nil {
@@ -56,12 +72,28 @@ func (l *Lifecycle) ChangeQueue(ctx context.Context, name string, change func(*s
 // buffer. A buffer that cannot be dropped is logged: nothing claims from a deleted
 // queue.
 func (l *Lifecycle) DeleteQueue(ctx context.Context, name string) error {
+	limits, _, _ := l.limits.Get(ctx, name)
 	if err := l.store.DeleteQueue(ctx, name); err != nil {
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
 	l.limits.Forget(name)
-	if err := l.buf.Drop(ctx, name); err != nil {
+	drop := l.buf.Drop
+	if limits.Fair {
+		drop = l.buf.DropFair
+	}
+	if err := drop(ctx, name); err != nil {
 		l.log.Warn("queue deleted but its buffer was not dropped", "queue", name, "err", err)
+	}
+	return nil
+}
+
+// MirrorGroup makes group's overrides of fair queue's group defaults (the zero
+// GroupSettings: none) take effect in the pop at once, on every replica: the
+// Redis half of a change of the queue's per-group settings, after PostgreSQL
+// stored it. A cap switched on makes the next pop rebuild the slots first.
+func (l *Lifecycle) MirrorGroup(ctx context.Context, queue, group string, s buffer.GroupSettings) error {
+	if err := l.buf.SetGroup(ctx, queue, group, s); err != nil {
+		return fmt.Errorf("mirror the settings of group %q of queue %s: %w", group, queue, err)
 	}
 	return nil
 }

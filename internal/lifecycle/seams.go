@@ -30,6 +30,17 @@ type Broker interface {
 	Sizes(ctx context.Context, queues []string) (map[string]int64, error)
 	Drop(ctx context.Context, queue string) error
 	PublishDone(ctx context.Context, ids ...uuid.UUID) error
+
+	// The fair queues' buffer, by group (buffer/fair.go).
+	AddGrouped(ctx context.Context, queue string, tasks []buffer.GroupedTask, levelWeightMs int64) error
+	PutbackGrouped(ctx context.Context, queue string, entries []buffer.FairEntry, levelWeightMs int64) error
+	FairPop(ctx context.Context, queue string, n int, limits ratelimit.Limits, group buffer.GroupLimits) (buffer.FairPopped, error)
+	ReleaseGroup(ctx context.Context, queue, group string, ids ...uuid.UUID) error
+	RemoveGrouped(ctx context.Context, queue string, tasks []buffer.GroupSlot, levelWeightMs int64) error
+	SyncGroupSlots(ctx context.Context, db buffer.GroupExecutingLister, queue string) error
+	SetGroup(ctx context.Context, queue, group string, s buffer.GroupSettings) error
+	FairSize(ctx context.Context, queue string) (ids, groups int64, err error)
+	DropFair(ctx context.Context, queue string) error
 }
 
 var _ Broker = (*buffer.Buffer)(nil)

@@ -13,7 +13,7 @@
 --   $4 text[]: the result of each row
 --   $5 timestamptz: the time (NULL: now())
 -- Returns: id, queue, status, attempts, lease_token, attempt_started_at, traceparent,
---   updated_at, finished_at.
+--   updated_at, finished_at, group_key.
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
 ), acked AS (
@@ -25,7 +25,8 @@ WITH input AS (
 		AND t.status || '' = 'executing' -- by primary key (statements.go)
 		AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND t.workflow_id IS NULL
-	RETURNING t.id, t.queue, t.status, t.attempts, t.lease_token, t.attempt_started_at, t.traceparent, t.updated_at, t.finished_at
+	RETURNING t.id, t.queue, t.status, t.attempts, t.lease_token, t.attempt_started_at, t.traceparent, t.updated_at, t.finished_at,
+		t.group_key
 ), recorded AS (
 	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
 	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
@@ -42,4 +43,4 @@ WITH input AS (
 	WHERE tally_written_inline()
 	GROUP BY queue, metric, bucket
 )
-SELECT id, queue, status, attempts, lease_token, attempt_started_at, traceparent, updated_at, finished_at FROM acked
+SELECT id, queue, status, attempts, lease_token, attempt_started_at, traceparent, updated_at, finished_at, group_key FROM acked

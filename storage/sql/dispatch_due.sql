@@ -10,7 +10,8 @@
 --   $2 int8: the most tasks to move
 --   $3 float8: the priority aging: milliseconds of waiting worth one priority level
 --   $4 timestamptz: the time (NULL: now())
--- Returns: id, priority, scheduled_at, from_status, traceparent.
+-- Returns: id, priority, scheduled_at, from_status, traceparent, group_key ('' for the
+--   unnamed group).
 WITH due AS (
 	SELECT head.id, head.status FROM generate_series(1, 10) AS level(priority)
 	CROSS JOIN LATERAL (
@@ -27,4 +28,5 @@ WITH due AS (
 UPDATE tasks t SET status = 'claimed', dispatched_at = coalesce($4::timestamptz, now()),
 	updated_at = coalesce($4::timestamptz, now())
 FROM due WHERE t.id = due.id
-RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent
+RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent,
+	coalesce(t.group_key, '') AS group_key

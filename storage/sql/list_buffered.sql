@@ -10,9 +10,10 @@
 --   $3 float8: the least time a task has been buffered, in milliseconds
 --   $4 int8: the most rows to take
 --   $5 timestamptz: the time (NULL: now())
--- Returns: id, queue, priority, scheduled_at, from_status, traceparent, dispatched_at.
+-- Returns: id, queue, priority, scheduled_at, from_status, traceparent, dispatched_at,
+--   group_key ('' for the unnamed group).
 SELECT id, queue, priority, scheduled_at, status AS from_status, traceparent,
-	dispatched_at FROM tasks
+	dispatched_at, coalesce(group_key, '') AS group_key FROM tasks
 WHERE status = 'claimed' AND dispatched_at <= coalesce($5::timestamptz, now()) - $3 * interval '1 millisecond'
 	AND ($1::timestamptz IS NULL OR (dispatched_at, id) > ($1, $2::uuid))
 ORDER BY dispatched_at, id

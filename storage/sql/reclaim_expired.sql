@@ -10,7 +10,7 @@
 --   $1 int8: the most attempts to end
 --   $2 timestamptz: the time (NULL: now())
 -- Returns: id, queue, attempts, claimed_by, status, outcome, attempt_started_at,
---   updated_at, workflow_id, step, wf_effects.
+--   updated_at, workflow_id, step, wf_effects, group_key.
 WITH cur AS (
 	SELECT t.id,
 		taskforge_next_status(t.attempts, t.releases, t.max_retries, t.cancel_requested, true) AS next_status,
@@ -37,7 +37,7 @@ WITH cur AS (
 	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
 		-- attempts claimed before migration 0003 have no start on the task row
 		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at,
-		t.workflow_id, t.step
+		t.workflow_id, t.step, t.group_key
 ), recorded AS (
 	UPDATE attempts a SET status = ended.outcome, finished_at = coalesce($2::timestamptz, now()), error = ended.last_error
 	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
@@ -47,6 +47,6 @@ WITH cur AS (
 	CROSS JOIN LATERAL taskforge_steps_ended(s.ids, s.workflow_ids, s.steps, s.statuses) fx -- migration 0017
 )
 SELECT id, queue, attempts, claimed_by, status, outcome, attempt_started_at, updated_at, workflow_id, step,
-	fx.effects AS wf_effects
+	fx.effects AS wf_effects, group_key
 FROM ended
 LEFT JOIN step_effects fx ON fx.effect_of = ended.id
