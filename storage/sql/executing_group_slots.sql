@@ -4,5 +4,5 @@
 --
 -- Parameters:
 --   $1 text: the queue
--- Returns: group_key ('' for the unnamed group), id.
+-- Returns: group_key, id (group_key '' for the unnamed group).
 SELECT coalesce(group_key, '') AS group_key, id FROM tasks WHERE queue = $1 AND status = 'executing'

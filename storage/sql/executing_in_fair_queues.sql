@@ -5,7 +5,8 @@
 -- queue's and the groups' slots; bounded by the executing tasks of those queues.
 --
 -- Parameters: none.
--- Returns: name, group_key ('' for the unnamed group), id (NULL: none executing).
+-- Returns: name, group_key, id (group_key '' for the unnamed group; id NULL when none
+--   executes).
 SELECT q.name, coalesce(t.group_key, '') AS group_key, t.id
 FROM queues q LEFT JOIN tasks t ON t.queue = q.name AND t.status = 'executing'
 WHERE q.fairness IS NOT NULL AND (q.max_concurrency IS NOT NULL OR q.group_max_concurrency IS NOT NULL
