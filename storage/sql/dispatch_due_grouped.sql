@@ -33,7 +33,7 @@ WITH pick AS (
 		SELECT id, status FROM tasks
 		WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = pick.priority
 			AND group_key IS NULL AND scheduled_at <= coalesce($5::timestamptz, now())
-		ORDER BY scheduled_at
+		ORDER BY group_key, scheduled_at -- (all NULL) so the index's order serves: no sort
 		LIMIT pick.n
 		FOR UPDATE SKIP LOCKED
 	) head
