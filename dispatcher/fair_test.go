@@ -17,7 +17,6 @@ import (
 	"github.com/taskforge/taskforge/dispatcher"
 	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -51,7 +50,7 @@ func newFairRig(t *testing.T, q storage.Queue, n, target int) *fairRig {
 	c := &testenv.Clock{}
 	c.SetAhead(t, base, time.Second) // tasks enqueued at the database's now() are due
 	store := testenv.Clocked(base, c)
-	rr := ratelimit.FairQueue
+	rr := storage.FairnessRoundRobin
 	q.Name, q.Fairness = "fq", &rr
 	q.MaxRetries, q.BackoffBaseMs, q.BackoffMaxMs = 5, 1000, 1000
 	if _, err := store.CreateQueue(context.Background(), q); err != nil {
@@ -479,7 +478,7 @@ func TestFairnessChangeMovesBufferedTasks(t *testing.T) {
 		}
 	}
 	take(5)
-	setFairness(ptr(ratelimit.FairQueue))
+	setFairness(ptr(storage.FairnessRoundRobin))
 	if got, _ := r.claim(0, 5); len(got) != 0 {
 		t.Fatalf("fair poll before the repair got %d (the plain entries were dropped)", len(got))
 	}

@@ -41,9 +41,6 @@ type Limits struct {
 	GroupBurst          int
 }
 
-// FairQueue is the fairness value that makes a queue fair.
-const FairQueue = "round_robin"
-
 // Of returns the limits a queue's settings ask for. The default burst is ceil(rate).
 func Of(q storage.Queue) Limits {
 	l := Limits{Paused: q.Paused, Push: q.Push != nil}
@@ -60,7 +57,7 @@ func Of(q storage.Queue) Limits {
 	if q.PriorityAgingMs != nil {
 		l.AgingMs = *q.PriorityAgingMs
 	}
-	if q.Fairness != nil && *q.Fairness == FairQueue {
+	if q.Fairness != nil && *q.Fairness == storage.FairnessRoundRobin {
 		l.Fair = true
 		if q.GroupMaxConcurrency != nil {
 			l.GroupMaxConcurrency = *q.GroupMaxConcurrency

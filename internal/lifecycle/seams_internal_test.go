@@ -94,7 +94,7 @@ func TestReclaimFollowUps(t *testing.T) {
 	w := &wakes{}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	limits := ratelimit.NewSettings(nil, quiet) // every queue set below: it never reads the store
-	one, fair := 1, ratelimit.FairQueue
+	one, fair := 1, storage.FairnessRoundRobin
 	limits.Set(storage.Queue{Name: "q1", MaxConcurrency: &one})
 	limits.Set(storage.Queue{Name: "q2", MaxConcurrency: &one})
 	limits.Set(storage.Queue{Name: "q3"})
