@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -83,17 +82,6 @@ func (l *Lifecycle) DeleteQueue(ctx context.Context, name string) error {
 	}
 	if err := drop(ctx, name); err != nil {
 		l.log.Warn("queue deleted but its buffer was not dropped", "queue", name, "err", err)
-	}
-	return nil
-}
-
-// MirrorGroup makes group's overrides of fair queue's group defaults (the zero
-// GroupSettings: none) take effect in the pop at once, on every replica: the
-// Redis half of a change of the queue's per-group settings, after PostgreSQL
-// stored it. A cap switched on makes the next pop rebuild the slots first.
-func (l *Lifecycle) MirrorGroup(ctx context.Context, queue, group string, s buffer.GroupSettings) error {
-	if err := l.buf.SetGroup(ctx, queue, group, s); err != nil {
-		return fmt.Errorf("mirror the settings of group %q of queue %s: %w", group, queue, err)
 	}
 	return nil
 }
