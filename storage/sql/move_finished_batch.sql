@@ -14,7 +14,8 @@
 -- Parameters:
 --   $1 int8: the first block of tasks the batch reads
 --   $2 int8: how many blocks it reads
--- Returns: moved, attempts (moved with them), blocks (tasks' size in blocks now: a pass ends there).
+-- Returns: moved, attempts, blocks (the attempts moved with the tasks; tasks' size in
+--   blocks now, where a pass ends).
 WITH pick AS (
 	SELECT coalesce(array_agg(id), '{}') AS ids FROM (
 		SELECT t.id FROM tasks t
