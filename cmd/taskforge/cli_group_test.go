@@ -35,3 +35,47 @@ func TestCLIGroups(t *testing.T) {
 	e.want(exitNotFound, "group", "get", "q", "nobody")
 	e.want(exitUsage, "group", "set", "q", "acme", "--weight", "0") // the server's 400
 }
+
+// TestCLIQueueFairness: queue create and update set and clear fairness and the
+// groups' default limits; bad values exit as usage errors naming the flag.
+func TestCLIQueueFairness(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	var q client.Queue
+	e.json(&q, "queue", "create", "fair", "--fairness", "round_robin", "--group-max-concurrency", "2",
+		"--group-rate-limit", "0.5", "--group-rate-burst", "3")
+	if q.Fairness == nil || *q.Fairness != "round_robin" || q.GroupMaxConcurrency == nil || *q.GroupMaxConcurrency != 2 ||
+		q.GroupRateLimit == nil || *q.GroupRateLimit != 0.5 || q.GroupRateBurst == nil || *q.GroupRateBurst != 3 {
+		t.Fatalf("queue create with fairness: %+v", q)
+	}
+	r := e.want(0, "queue", "get", "fair")
+	contains(t, "get output", r.stdout, "fairness:", "round_robin", "group_limits:", "max_concurrency 2, rate_limit 0.5, rate_burst 3")
+
+	// Only the flags given change; none clears.
+	e.json(&q, "queue", "update", "fair", "--group-max-concurrency", "none", "--group-rate-limit", "4")
+	if q.Fairness == nil || q.GroupMaxConcurrency != nil || q.GroupRateLimit == nil || *q.GroupRateLimit != 4 || *q.GroupRateBurst != 3 {
+		t.Fatalf("queue update --group-max-concurrency none: %+v", q)
+	}
+	e.json(&q, "queue", "update", "fair", "--fairness", "none", "--group-rate-limit", "none", "--group-rate-burst", "default")
+	if q.Fairness != nil || q.GroupRateLimit != nil || q.GroupRateBurst != nil {
+		t.Fatalf("queue update --fairness none: %+v", q)
+	}
+	r = e.want(0, "queue", "get", "fair")
+	contains(t, "get output after clearing", r.stdout, "fairness:         -", "group_limits:     -")
+
+	for _, bad := range [][]string{
+		{"--fairness", "weighted"},
+		{"--group-max-concurrency", "0"},
+		{"--group-max-concurrency", "many"},
+		{"--group-rate-limit", "-1"},
+		{"--group-rate-limit", "NaN"},
+		{"--group-rate-burst", "0"},
+		{"--group-rate-burst", "1.5"},
+	} {
+		r = e.want(exitUsage, append([]string{"queue", "update", "fair"}, bad...)...)
+		contains(t, "stderr of "+bad[0]+" "+bad[1], r.stderr, bad[0]+" ", "want ")
+	}
+	r = e.want(exitUsage, "queue", "create", "x", "--group-max-concurrency", "2000000") // the server's 400
+	contains(t, "stderr", r.stderr, "group_max_concurrency must be")
+	e.want(exitNotFound, "queue", "get", "x")
+}

@@ -39,6 +39,10 @@ type queueFlags struct {
 	retention      [3]string // done, cancelled, dead: an age or forever
 	retentionReset bool
 	idemWindow     time.Duration
+	fairness       string
+	groupMaxConc   string
+	groupRate      string
+	groupBurst     string
 }
 
 // retentionFlags name the three retention ages, in the order of queueFlags.retention.
@@ -66,6 +70,60 @@ func (f *queueFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.idemWindow, "idempotency-window", 24*time.Hour,
 		"how long an idempotency key stays reserved after its task's creation, even once the task is deleted (0 to 720h)")
 	fs.BoolVar(&f.retentionReset, "retention-default", false, "put every retention age back to the server's default (--retention; dead: forever)")
+	fs.StringVar(&f.fairness, "fairness", "none", "round_robin: the queue's groups take weighted turns; none: one line by priority")
+	fs.StringVar(&f.groupMaxConc, "group-max-concurrency", "none", "each group's tasks executing at once (>= 1), or none")
+	fs.StringVar(&f.groupRate, "group-rate-limit", "none", "each group's tasks dispatched per second (> 0), or none")
+	fs.StringVar(&f.groupBurst, "group-rate-burst", "default", "each group's token bucket size (>= 1), or default (ceil of --group-rate-limit)")
+}
+
+// groupSettings reads the fairness flags given into s. Values a server would refuse
+// for their sign or kind are refused here, naming the flag.
+func (f *queueFlags) groupSettings(changed func(string) bool, s *client.QueueSettings) error {
+	if changed("fairness") {
+		switch strings.ToLower(f.fairness) {
+		case "round_robin", "round-robin":
+			s.Fairness = client.Set("round_robin")
+		case "none", "null", "off":
+			s.Fairness = client.Null[string]()
+		default:
+			return usagef("--fairness %q: want round_robin (groups take turns) or none (one line by priority)", f.fairness)
+		}
+	}
+	var err error
+	if changed("group-max-concurrency") {
+		if s.GroupMaxConcurrency, err = parseLimit("group-max-concurrency", f.groupMaxConc, atLeastOne); err != nil {
+			return usagef("--group-max-concurrency %q: want a whole number of at least 1, or none", f.groupMaxConc)
+		}
+	}
+	if changed("group-rate-limit") {
+		if s.GroupRateLimit, err = parseLimit("group-rate-limit", f.groupRate, positiveFloat); err != nil {
+			return usagef("--group-rate-limit %q: want tasks per second above 0, or none", f.groupRate)
+		}
+	}
+	if changed("group-rate-burst") {
+		if s.GroupRateBurst, err = parseLimit("group-rate-burst", f.groupBurst, atLeastOne); err != nil {
+			return usagef("--group-rate-burst %q: want a whole number of at least 1, or default", f.groupBurst)
+		}
+	}
+	return nil
+}
+
+// atLeastOne parses a whole number of at least 1.
+func atLeastOne(raw string) (int, error) {
+	n, err := strconv.Atoi(raw)
+	if err == nil && n < 1 {
+		err = fmt.Errorf("%d is below 1", n)
+	}
+	return n, err
+}
+
+// positiveFloat parses a number above 0.
+func positiveFloat(raw string) (float64, error) {
+	v, err := parseFloat(raw)
+	if err == nil && !(v > 0) {
+		err = fmt.Errorf("%v is not above 0", v)
+	}
+	return v, err
 }
 
 // parseAge reads a retention age: a duration that may start with whole days
@@ -150,6 +208,9 @@ func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) 
 	if changed("idempotency-window") {
 		s.IdempotencyWindow = &f.idemWindow
 	}
+	if err := f.groupSettings(changed, &s); err != nil {
+		return s, err
+	}
 	var ages client.RetentionSettings
 	agesSet := false
 	for i, age := range []*client.Nullable[time.Duration]{&ages.Done, &ages.Cancelled, &ages.Dead} {
@@ -201,6 +262,15 @@ func (f *queueFlags) settings(cmd *cobra.Command) (client.QueueSettings, error) 
 	return s, nil
 }
 
+// fmtGroupLimits describes the limits every group of a queue gets by default.
+func fmtGroupLimits(q *client.Queue) string {
+	if q.GroupMaxConcurrency == nil && q.GroupRateLimit == nil && q.GroupRateBurst == nil {
+		return none
+	}
+	return fmt.Sprintf("max_concurrency %s, rate_limit %s, rate_burst %s",
+		fmtPtr(q.GroupMaxConcurrency), fmtPtr(q.GroupRateLimit), fmtPtr(q.GroupRateBurst))
+}
+
 // fmtPush describes a queue's push target, or says it is a pull queue.
 func fmtPush(p *client.PushTarget) string {
 	if p == nil {
@@ -229,6 +299,8 @@ func printQueue(w io.Writer, output string, q *client.Queue) error {
 		{"max_concurrency", fmtPtr(q.MaxConcurrency)},
 		{"backoff", fmt.Sprintf("%s .. %s", time.Duration(q.BackoffBaseMs)*time.Millisecond, time.Duration(q.BackoffMaxMs)*time.Millisecond)},
 		{"priority_aging", fmtMillis(q.PriorityAgingMs)},
+		{"fairness", fmtPtr(q.Fairness)},
+		{"group_limits", fmtGroupLimits(q)},
 		{"push", fmtPush(q.Push)},
 		{"retention", fmtRetention(q.Retention)},
 		{"key_window", (time.Duration(q.IdempotencyWindowMs) * time.Millisecond).String()},
