@@ -7,41 +7,17 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/taskforge/taskforge/client/wire"
+
 	"github.com/taskforge/taskforge/storage"
 )
 
 // The groups of a queue (fair queues, docs/flow-control.md): per-group overrides of
 // the queue's group defaults, and each group's counts.
 
-// groupSettingsRequest is the body of PUT /queues/:name/groups/:group; an absent or
-// null field keeps the queue's default.
-type groupSettingsRequest struct {
-	Weight         *int     `json:"weight"`
-	MaxConcurrency *int     `json:"max_concurrency"`
-	RateLimit      *float64 `json:"rate_limit"`
-	RateBurst      *int     `json:"rate_burst"`
-}
-
-// groupLimits are a group's effective settings: its overrides, else its queue's
-// defaults; null = unlimited.
-type groupLimits struct {
-	Weight         int      `json:"weight"`
-	MaxConcurrency *int     `json:"max_concurrency"`
-	RateLimit      *float64 `json:"rate_limit"`
-	RateBurst      *int     `json:"rate_burst"`
-}
-
-// groupView is the API's group object.
-type groupView struct {
-	Group string `json:"group"`
-	storage.GroupSettings
-	Effective groupLimits `json:"effective"`
-	storage.GroupCounts
-}
-
 // viewGroup is g of queue q as the API shows it.
-func viewGroup(q storage.Queue, g storage.Group) groupView {
-	eff := groupLimits{Weight: 1, MaxConcurrency: q.GroupMaxConcurrency, RateLimit: q.GroupRateLimit, RateBurst: q.GroupRateBurst}
+func viewGroup(q storage.Queue, g storage.Group) wire.Group {
+	eff := wire.GroupLimits{Weight: 1, MaxConcurrency: q.GroupMaxConcurrency, RateLimit: q.GroupRateLimit, RateBurst: q.GroupRateBurst}
 	if w := g.Settings.Weight; w != nil {
 		eff.Weight = *w
 	}
@@ -61,7 +37,10 @@ func viewGroup(q storage.Queue, g storage.Group) groupView {
 		burst := max(1, int(math.Ceil(*eff.RateLimit)))
 		eff.RateBurst = &burst
 	}
-	return groupView{Group: g.Name, GroupSettings: g.Settings, Effective: eff, GroupCounts: g.Counts}
+	c := g.Counts
+	return wire.Group{Group: g.Name, GroupSettings: wire.GroupSettings(g.Settings), Effective: eff,
+		GroupCounts: wire.GroupCounts{Pending: c.Pending, Blocked: c.Blocked, Claimed: c.Claimed,
+			Executing: c.Executing, Retry: c.Retry, Dead: c.Dead}}
 }
 
 // groupParam is the :group of the path, or a 400.
@@ -73,7 +52,8 @@ func groupParam(c *gin.Context) (string, error) {
 	return g, nil
 }
 
-func (r groupSettingsRequest) valid() error {
+// validGroupSettings checks the body of PUT /queues/:name/groups/:group.
+func validGroupSettings(r wire.GroupSettings) error {
 	switch {
 	case r.Weight != nil && (*r.Weight < 1 || *r.Weight > 1000):
 		return invalid("weight must be an integer from 1 to 1000, or null for 1")
@@ -94,12 +74,12 @@ func (s *Server) putGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	var req groupSettingsRequest
+	var req wire.GroupSettings
 	if err := decode(c, queueBodyLimit, &req); err != nil {
 		s.fail(c, err)
 		return
 	}
-	if err := req.valid(); err != nil {
+	if err := validGroupSettings(req); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -180,10 +160,7 @@ func (s *Server) listGroups(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out := struct {
-		Groups     []groupView `json:"groups"`
-		NextCursor *string     `json:"next_cursor"`
-	}{Groups: make([]groupView, len(groups))}
+	out := wire.GroupPage{Groups: make([]wire.Group, len(groups))}
 	for i, g := range groups {
 		out.Groups[i] = viewGroup(q, g)
 	}

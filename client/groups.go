@@ -6,39 +6,24 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/taskforge/taskforge/client/wire"
 )
 
 // GroupSettings are a group's overrides of its queue's group defaults; nil keeps
 // the queue's default (weight: 1).
-type GroupSettings struct {
-	Weight         *int     `json:"weight"` // turns per round, 1..1000
-	MaxConcurrency *int     `json:"max_concurrency"`
-	RateLimit      *float64 `json:"rate_limit"`
-	RateBurst      *int     `json:"rate_burst"`
-}
+type GroupSettings = wire.GroupSettings
 
 // GroupLimits are the settings in force for a group: its overrides, else its
 // queue's group defaults; nil = unlimited.
-type GroupLimits struct {
-	Weight         int      `json:"weight"`
-	MaxConcurrency *int     `json:"max_concurrency"`
-	RateLimit      *float64 `json:"rate_limit"`
-	RateBurst      *int     `json:"rate_burst"`
-}
+type GroupLimits = wire.GroupLimits
+
+// GroupCounts are a group's tasks by status (exact).
+type GroupCounts = wire.GroupCounts
 
 // Group is a group of a fair queue: its overrides, the settings in force, and its
 // tasks by status (exact).
-type Group struct {
-	Group string `json:"group"`
-	GroupSettings
-	Effective GroupLimits `json:"effective"`
-	Pending   int64       `json:"pending"`
-	Blocked   int64       `json:"blocked"`
-	Claimed   int64       `json:"claimed"`
-	Executing int64       `json:"executing"`
-	Retry     int64       `json:"retry"`
-	Dead      int64       `json:"dead"`
-}
+type Group = wire.Group
 
 // GroupPage is a page of ListGroups; NextCursor is "" on the last page.
 type GroupPage struct {
@@ -96,10 +81,7 @@ func (c *Client) ListGroups(ctx context.Context, queue string, f GroupFilter) (*
 	if f.Cursor != "" {
 		q.Set("cursor", f.Cursor)
 	}
-	var p struct {
-		Groups     []Group `json:"groups"`
-		NextCursor *string `json:"next_cursor"`
-	}
+	var p wire.GroupPage
 	if _, _, err := c.do(ctx, http.MethodGet, "/queues/"+esc(queue)+"/groups", q, nil, &p); err != nil {
 		return nil, fmt.Errorf("list groups of %q: %w", queue, err)
 	}
