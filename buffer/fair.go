@@ -327,6 +327,31 @@ func (b *Buffer) FairSize(ctx context.Context, queue string) (ids, groups int64,
 	return ids, groups, nil
 }
 
+// FairSizes returns FairSize of each of queues, in one pipeline: the ids their group
+// buffers hold and the groups with buffered work (0 for a queue that holds none, or
+// is not fair). The metrics read it at scrape time.
+func (b *Buffer) FairSizes(ctx context.Context, queues []string) (ids, groups map[string]int64, err error) {
+	n := make([]*redis.StringCmd, len(queues))
+	g := make([]*redis.StringCmd, len(queues))
+	_, err = b.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, q := range queues {
+			p := b.fairKey(q)
+			n[i] = pl.Get(ctx, p+"n")
+			g[i] = pl.Get(ctx, p+"ng")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("sizes of fair queues: %w", err)
+	}
+	ids, groups = make(map[string]int64, len(queues)), make(map[string]int64, len(queues))
+	for i, q := range queues {
+		ids[q], _ = n[i].Int64()
+		groups[q], _ = g[i].Int64()
+	}
+	return ids, groups, nil
+}
+
 // GroupSizes returns how many ids each of groups holds in fair queue's buffers, in
 // one pipeline (the dispatcher's look before it tops groups up).
 func (b *Buffer) GroupSizes(ctx context.Context, queue string, groups []string) (map[string]int64, error) {

@@ -124,6 +124,13 @@ func (s *Settings) Get(ctx context.Context, queue string) (Limits, bool, error) 
 	return Of(q), true, nil
 }
 
+// IsFair reports whether queue's fairness is round_robin (false for a queue that does
+// not exist), from the cache as Get.
+func (s *Settings) IsFair(ctx context.Context, queue string) (bool, error) {
+	l, _, err := s.Get(ctx, queue)
+	return l.Fair, err
+}
+
 // Set records a queue's settings at once (this replica just changed them).
 func (s *Settings) Set(q storage.Queue) {
 	s.mu.Lock()

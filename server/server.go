@@ -320,7 +320,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.Store = storage.New(pool, storeOpts...)
 	s.Buffer = buffer.New(s.rdb, cfg.RedisPrefix)
 	s.Telemetry = telemetry.New(log.With("component", "transitions")).WithTracing(cfg.TracerProvider)
-	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, 2*time.Second))
 	s.Auth = auth.New(s.Store, cfg.Auth, log.With("component", "auth"))
 	audits := audit.New(s.Store, log.With("component", "audit"))
 	listenConn, noListen, _ := cfg.listen() // checked by Validate
@@ -338,6 +337,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		WakeOnEnqueue: noListen, // no NOTIFY reaches the dispatcher: this replica's enqueues wake it
 		BufferTarget:  dispatcher.Config{}.WithDefaults().BufferTarget,
 		Telemetry:     s.Telemetry}, log.With("component", "lifecycle"))
+	s.Telemetry.Registry().MustRegister(telemetry.NewStateCollector(s.Store, s.Buffer, s.Lifecycle.Limits(), 2*time.Second))
 	ts := cmp.Or(cfg.TestSignals, &TestSignals{}) // inert unless a test gave its own
 	s.Dispatcher = dispatcher.New(s.Store, s.Buffer, s.Lifecycle, wakes, dispatcher.Config{Interval: cfg.DispatchInterval,
 		ListenConnConfig: listenConn, NoListen: noListen, OnPass: ts.DispatchPass.Signal},

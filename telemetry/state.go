@@ -19,22 +19,31 @@ type StateSource interface {
 // BufferSizer reports how many ids each queue's Redis buffer holds.
 type BufferSizer interface {
 	Sizes(ctx context.Context, queues []string) (map[string]int64, error)
+	// FairSizes reports, for fair queues, the ids their group buffers hold and how
+	// many groups have buffered work: counts the Redis scripts keep, read in O(1).
+	FairSizes(ctx context.Context, queues []string) (ids, groups map[string]int64, err error)
+}
+
+// FairnessSource says whether a queue's groups take turns (fairness round_robin).
+type FairnessSource interface {
+	IsFair(ctx context.Context, queue string) (bool, error)
 }
 
 // StateCollector computes the gauges that need PostgreSQL or Redis at scrape time,
 // reusing a snapshot younger than its TTL, so scrapes from several Prometheus servers
 // or a dashboard cost one computation.
 type StateCollector struct {
-	db  StateSource
-	buf BufferSizer
-	ttl time.Duration
+	db   StateSource
+	buf  BufferSizer
+	fair FairnessSource
+	ttl  time.Duration
 
 	mu    sync.Mutex
 	taken time.Time
 	snap  []prometheus.Metric
 
 	depth, dlq, oldest, buffer, heartbeat *prometheus.Desc
-	up                                    *prometheus.Desc
+	groupsActive, up                      *prometheus.Desc
 }
 
 // WorkerWindow bounds which workers the heartbeat-age gauge reports: those seen in the
@@ -42,12 +51,14 @@ type StateCollector struct {
 const WorkerWindow = time.Hour
 
 // NewStateCollector returns a collector caching its snapshot for ttl.
-func NewStateCollector(db StateSource, buf BufferSizer, ttl time.Duration) *StateCollector {
-	return &StateCollector{db: db, buf: buf, ttl: ttl,
-		depth:     prometheus.NewDesc("taskforge_queue_depth", "Tasks by queue and status.", []string{"queue", "status"}, nil),
-		dlq:       prometheus.NewDesc("taskforge_dlq_depth", "Dead tasks by queue.", []string{"queue"}, nil),
-		oldest:    prometheus.NewDesc("taskforge_oldest_pending_age_seconds", "Age of the oldest due task not yet running.", []string{"queue"}, nil),
-		buffer:    prometheus.NewDesc("taskforge_buffer_size", "Task ids in the queue's Redis buffer.", []string{"queue"}, nil),
+func NewStateCollector(db StateSource, buf BufferSizer, fair FairnessSource, ttl time.Duration) *StateCollector {
+	return &StateCollector{db: db, buf: buf, fair: fair, ttl: ttl,
+		depth:  prometheus.NewDesc("taskforge_queue_depth", "Tasks by queue and status.", []string{"queue", "status"}, nil),
+		dlq:    prometheus.NewDesc("taskforge_dlq_depth", "Dead tasks by queue.", []string{"queue"}, nil),
+		oldest: prometheus.NewDesc("taskforge_oldest_pending_age_seconds", "Age of the oldest due task not yet running.", []string{"queue"}, nil),
+		buffer: prometheus.NewDesc("taskforge_buffer_size", "Task ids in the queue's Redis buffer.", []string{"queue"}, nil),
+		groupsActive: prometheus.NewDesc("taskforge_groups_active",
+			"Groups of a fair queue with due work waiting in its Redis buffer.", []string{"queue"}, nil),
 		heartbeat: prometheus.NewDesc("taskforge_worker_heartbeat_age_seconds", "Seconds since the worker last heartbeated or polled.", []string{"worker_id"}, nil),
 		up:        prometheus.NewDesc("taskforge_state_collector_up", "1 when the last state snapshot succeeded.", nil, nil),
 	}
@@ -55,7 +66,7 @@ func NewStateCollector(db StateSource, buf BufferSizer, ttl time.Duration) *Stat
 
 // Describe implements prometheus.Collector.
 func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.depth, c.dlq, c.oldest, c.buffer, c.heartbeat, c.up} {
+	for _, d := range []*prometheus.Desc{c.depth, c.dlq, c.oldest, c.buffer, c.groupsActive, c.heartbeat, c.up} {
 		ch <- d
 	}
 }
@@ -100,6 +111,27 @@ func (c *StateCollector) snapshot(ctx context.Context) ([]prometheus.Metric, err
 	if err != nil {
 		return nil, err
 	}
+	// A fair queue buffers by group: its size and its active groups are the counts
+	// its scripts keep, one pipeline for every fair queue together.
+	var fair []string
+	for _, q := range queues {
+		ok, err := c.fair.IsFair(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			fair = append(fair, q)
+		}
+	}
+	var fairIDs, fairGroups map[string]int64
+	if len(fair) > 0 {
+		if fairIDs, fairGroups, err = c.buf.FairSizes(ctx, fair); err != nil {
+			return nil, err
+		}
+		for _, q := range fair {
+			sizes[q] += fairIDs[q]
+		}
+	}
 	var out []prometheus.Metric
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
@@ -111,6 +143,9 @@ func (c *StateCollector) snapshot(ctx context.Context) ([]prometheus.Metric, err
 		gauge(c.dlq, float64(st.Depth[storage.StatusDead]), q)
 		gauge(c.oldest, st.OldestPendingAge, q)
 		gauge(c.buffer, float64(sizes[q]), q)
+	}
+	for _, q := range fair {
+		gauge(c.groupsActive, float64(fairGroups[q]), q)
 	}
 	for id, age := range ages {
 		gauge(c.heartbeat, age.Seconds(), id)
