@@ -90,6 +90,7 @@ func TestChaosLosesNothing(t *testing.T) {
 	h := newHarness(t, cfg.WorkerConcurrency)
 	h.push = startPushTarget(h)
 	h.createQueues(h.push.srv.URL)
+	h.createFairQueue()
 	for _, w := range h.workers {
 		if err := w.start(); err != nil {
 			t.Fatalf("start worker: %v", err)

@@ -7,11 +7,13 @@
 // cuts) and eight reference workers (`taskforge worker`), and a push target over
 // HTTP. Through the API they enqueue thousands of tasks of every kind (failing,
 // sleeping past the lease, overrunning timeout_seconds, cancelled while waiting or
-// executing, into a rate-limited, a capped and a push queue), submit workflows
+// executing, into a rate-limited, a capped and a push queue, and a tenth of them
+// into a fair queue whose groups take turns under per-group caps and rates), submit workflows
 // (diamonds and fan-ins; some fail, and some of those are resumed by replaying
 // their dead step from the DLQ) and let two cron schedules (@every 2s and a six-field */3
 // seconds) fire, while a seeded fault schedule runs; then they read PostgreSQL and
-// the target's records and check every task, attempt, workflow and schedule tick.
+// the target's records and check every task, attempt, workflow and schedule tick,
+// and for the fair queue each group's cap and rate and the turns (fair_test.go).
 //
 // The faults: SIGKILL of workers holding tasks and of serve replicas (each is
 // restarted), SIGTERM of a worker (graceful stop: it must release, not spend, what

@@ -76,6 +76,7 @@ type taskBody struct {
 	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
 	ScheduledAt    *string         `json:"scheduled_at,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	Group          string          `json:"group,omitempty"`
 }
 
 // enqueueOne sends one request until it succeeds. After every failed call it checks
@@ -87,7 +88,7 @@ func (h *harness) enqueueOne(ctx context.Context, p plan, r enqueueRequest, l *e
 	for i, ti := range r.Tasks {
 		t := p.Tasks[ti]
 		bodies[i] = taskBody{Payload: t.Payload, Priority: t.Priority, MaxRetries: t.MaxRetries,
-			TimeoutSeconds: t.Timeout, IdempotencyKey: t.Key}
+			TimeoutSeconds: t.Timeout, IdempotencyKey: t.Key, Group: t.Group}
 		keys[i] = t.Key
 		if t.Delay > 0 {
 			at := now.Add(t.Delay).UTC().Truncate(time.Millisecond)

@@ -556,6 +556,7 @@ func (h *harness) verifyMix(p plan, byKey map[string][]dbTask, byTask map[string
 	rep.info("push target: requests received", len(reqs))
 	rep.info("push target: peak requests in flight", pushPeak)
 	rep.info("push tasks answered 2xx more than once (a delivery whose ack was lost)", twice)
+	h.verifyFair(p, byKey, byTask, events, rep)
 }
 
 // TestDownDuringCountsOnlyTheOverlap: the timeout check's allowance grows by the

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -38,7 +40,7 @@ const (
 // (pollOrder): with one fixed order, a backlog on the first queues starves the
 // last ones of every worker at once.
 var workerQueues = []string{queueFail + "=fail", queueSleep + "=sleep", queueNoop + "=noop",
-	queueLimited + "=noop", queueCapped + "=sleep"}
+	queueLimited + "=noop", queueCapped + "=sleep", queueFair + "=sleep"}
 
 // pollOrder is worker idx's --queue list: workerQueues rotated by idx.
 func pollOrder(idx int) []string {
@@ -61,6 +63,7 @@ type taskSpec struct {
 	Timeout    int             // timeout_seconds; 0 = none
 	Delay      time.Duration   // scheduled this far after it is first sent; 0 = due now
 	Expect     string          // done, dead or cancelled
+	Group      string          // the task's group (fair queue only); "" = none
 }
 
 // enqueueRequest is one planned API call: a single enqueue (one task) or a batch.
@@ -85,11 +88,13 @@ type plan struct {
 // queue, ~2% to the capped one, ~2.5% to the push queue (failing 0–2 times at the
 // target: 503, a hang past timeout_ms, a closed connection) and ~0.5% to it with
 // a 410 (must end dead at once); ~10% of all are scheduled 1–8 s ahead; priorities
-// uniform over 1..10.
+// uniform over 1..10. A tenth of the n (from 50 tasks on) go to the fair queue
+// instead, in groups (appendFairTasks), their requests placed among the others'.
 func newPlan(seed uint64, n int, window time.Duration) plan {
 	rng := rand.New(rand.NewPCG(seed, 0x7461736b)) // "task"
 	var p plan
-	for len(p.Tasks) < n {
+	nFair := fairShare(n)
+	for len(p.Tasks) < n-nFair {
 		class := pickClass(rng)
 		size := 1
 		if rng.IntN(2) > 0 { // half the requests are batches of 2..20
@@ -98,7 +103,7 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 		if class == "limited" || class == "capped" || strings.HasPrefix(class, "push") {
 			size = 10 + rng.IntN(11) // batches past the burst: the limits must bite
 		}
-		size = min(size, n-len(p.Tasks))
+		size = min(size, n-nFair-len(p.Tasks))
 		req := enqueueRequest{Queue: queueOf(class)}
 		for range size {
 			t := newTask(rng, class, seed, len(p.Tasks))
@@ -110,6 +115,9 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 	for i := range p.Requests {
 		p.Requests[i].At = time.Duration(int64(window) * int64(i) / int64(len(p.Requests)))
 	}
+	appendFairTasks(&p, seed, nFair, window)
+	// The enqueuer sends requests in order, each at its offset.
+	slices.SortStableFunc(p.Requests, func(a, b enqueueRequest) int { return cmp.Compare(a.At, b.At) })
 	return p
 }
 
