@@ -149,6 +149,7 @@ func (c *Client) GetTask(ctx context.Context, queue, id string) (*Task, error) {
 type TaskFilter struct {
 	Status        string    // one of the Status constants
 	WorkerID      string    // tasks claimed by this worker
+	Group         string    // tasks of this group of a fair queue
 	CreatedAfter  time.Time // inclusive lower bound
 	CreatedBefore time.Time // upper bound
 	Limit         int       // page size, 1..500; 0 means the server's default, 100
@@ -162,6 +163,9 @@ func (f TaskFilter) query() url.Values {
 	}
 	if f.WorkerID != "" {
 		q.Set("worker_id", f.WorkerID)
+	}
+	if f.Group != "" {
+		q.Set("group", f.Group)
 	}
 	if !f.CreatedAfter.IsZero() {
 		q.Set("created_after", f.CreatedAfter.UTC().Format(time.RFC3339Nano))

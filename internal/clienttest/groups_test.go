@@ -25,6 +25,11 @@ func TestGroups(t *testing.T) {
 	if task.Group == nil || *task.Group != "acme" {
 		t.Fatalf("task: group %v", task.Group)
 	}
+	must[*client.Task](t)(c.Enqueue(ctx, "fair", client.NewTask{Payload: 2, Group: "beta"}))
+	tasks := must[*client.TaskPage](t)(c.ListTasks(ctx, "fair", client.TaskFilter{Group: "acme"}))
+	if len(tasks.Tasks) != 1 || tasks.Tasks[0].ID != task.ID {
+		t.Fatalf("tasks of acme: %+v", tasks.Tasks)
+	}
 	g := must[*client.Group](t)(c.PutGroup(ctx, "fair", "acme", client.GroupSettings{Weight: client.Ptr(3)}))
 	if *g.Weight != 3 || g.Effective.Weight != 3 || *g.Effective.MaxConcurrency != 4 || g.Pending != 1 {
 		t.Fatalf("put: %+v", g)
@@ -34,7 +39,7 @@ func TestGroups(t *testing.T) {
 		t.Fatalf("get: %+v", g)
 	}
 	page := must[*client.GroupPage](t)(c.ListGroups(ctx, "fair", client.GroupFilter{Active: true, Limit: 10}))
-	if len(page.Groups) != 1 || page.Groups[0].Group != "acme" || page.NextCursor != "" {
+	if len(page.Groups) != 2 || page.Groups[0].Group != "acme" || page.NextCursor != "" {
 		t.Fatalf("list: %+v", page)
 	}
 	if err := c.DeleteGroup(ctx, "fair", "acme"); err != nil {

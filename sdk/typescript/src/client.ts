@@ -6,6 +6,10 @@ import {
   type AckItem,
   type AckResult,
   type BulkCancel,
+  type Group,
+  type GroupFilter,
+  type GroupPage,
+  type GroupSettings,
   type LeaseState,
   type MinimalAckResult,
   type NackRequest,
@@ -200,6 +204,45 @@ export class Client {
   /** The queue's depth by status, throughput, error rate, oldest pending age and DLQ depth. */
   stats(queue: string, o: CallOptions = {}): Promise<Stats> {
     return this.#call(`stats of queue ${q(queue)}`, "GET", `/queues/${seg(queue)}/stats`, { signal: o.signal });
+  }
+
+  // ---- Groups of a fair queue ----
+
+  /**
+   * Replaces a group's overrides of its queue's group defaults (absent or null
+   * settings: the queue's default) and returns the group; every replica's next pop
+   * applies them. Throws `queue_not_found`, or `invalid_request` for a bad group
+   * name or setting.
+   */
+  putGroup(queue: string, group: string, settings: GroupSettings = {}, o: CallOptions = {}): Promise<Group> {
+    return this.#call(`put group ${q(group)} of ${q(queue)}`, "PUT", groupPath(queue, group), { body: settings, signal: o.signal });
+  }
+
+  /** One group: its overrides, the settings in effect and its counts; throws `group_not_found` for a group with no tasks and no overrides. */
+  getGroup(queue: string, group: string, o: CallOptions = {}): Promise<Group> {
+    return this.#call(`get group ${q(group)} of ${q(queue)}`, "GET", groupPath(queue, group), { signal: o.signal });
+  }
+
+  /** Forgets a group's overrides; its tasks stay. */
+  async deleteGroup(queue: string, group: string, o: CallOptions = {}): Promise<void> {
+    await this.#call(`delete group ${q(group)} of ${q(queue)}`, "DELETE", groupPath(queue, group), { signal: o.signal });
+  }
+
+  /** One page of the queue's groups, by name (`active`: only those with pending, claimed or executing tasks). */
+  listGroups(queue: string, filter: GroupFilter = {}, o: CallOptions = {}): Promise<GroupPage> {
+    return this.#call(`list groups of ${q(queue)}`, "GET", `/queues/${seg(queue)}/groups`, {
+      query: { active: filter.active ? true : undefined, limit: filter.limit, cursor: filter.cursor }, signal: o.signal,
+    });
+  }
+
+  /** Every group matching filter, page after page, by name. */
+  async *allGroups(queue: string, filter: GroupFilter = {}, o: CallOptions = {}): AsyncGenerator<Group, void, undefined> {
+    let cursor = filter.cursor;
+    do {
+      const page = await this.listGroups(queue, { ...filter, ...(cursor ? { cursor } : {}) }, o);
+      yield* page.groups;
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
   }
 
   // ---- Tasks ----
@@ -483,7 +526,7 @@ function taskBody(t: NewTask): NewTask {
 function filterQuery(f: TaskFilter): Record<string, string | number | undefined> {
   const iso = (v: string | Date | undefined) => (v instanceof Date ? v.toISOString() : v);
   return {
-    status: f.status, worker_id: f.worker_id, created_after: iso(f.created_after),
+    status: f.status, worker_id: f.worker_id, group: f.group, created_after: iso(f.created_after),
     created_before: iso(f.created_before), limit: f.limit, cursor: f.cursor,
   };
 }
@@ -548,6 +591,11 @@ function causeText(err: unknown): string {
     return c instanceof Error && c.message ? `${err.message} (${c.message})` : err.message;
   }
   return String(err);
+}
+
+/** The path of one group of a queue. */
+function groupPath(queue: string, group: string): string {
+  return `/queues/${seg(queue)}/groups/${seg(group)}`;
 }
 
 /** One path segment, escaped. */

@@ -17,6 +17,7 @@ export type ErrorCode =
   | "queue_not_found"
   | "task_not_found"
   | "schedule_not_found"
+  | "group_not_found"
   | "token_not_found"
   | "not_found"
   | "method_not_allowed"

@@ -179,6 +179,67 @@ export interface TaskFilter {
   worker_id?: string;
   created_after?: string | Date;
   created_before?: string | Date;
+  /** Only the tasks of this group of a fair queue. */
+  group?: string;
+  /** 1..500, default 100. */
+  limit?: number;
+  cursor?: string;
+}
+
+/**
+ * A group's overrides of its queue's group defaults: the body of PUT
+ * /queues/:name/groups/:group. An absent or null setting takes the queue's default
+ * (`group_max_concurrency`, `group_rate_limit`, `group_rate_burst`; weight 1).
+ */
+export interface GroupSettings {
+  /** Turns per round, 1..1000. */
+  weight?: number | null;
+  /** The group's executing tasks at once, 1..1,000,000. */
+  max_concurrency?: number | null;
+  /** The group's tasks handed out per second, 0.000001..1,000,000. */
+  rate_limit?: number | null;
+  /** The group's token bucket size, 1..1,000,000 (default: ceil of the rate in effect). */
+  rate_burst?: number | null;
+}
+
+/** The settings in effect for a group: its overrides, else its queue's defaults; null = unlimited. */
+export interface GroupLimits {
+  weight: number;
+  max_concurrency: number | null;
+  rate_limit: number | null;
+  rate_burst: number | null;
+}
+
+/**
+ * A group of a fair queue (GET /queues/:name/groups/:group): its overrides (null =
+ * the queue's default), the settings in effect, and its tasks by status (exact).
+ */
+export interface Group {
+  group: string;
+  weight: number | null;
+  max_concurrency: number | null;
+  rate_limit: number | null;
+  rate_burst: number | null;
+  effective: GroupLimits;
+  pending: number;
+  blocked: number;
+  /** Dispatched into the buffer, not yet taken by a worker. */
+  claimed: number;
+  executing: number;
+  retry: number;
+  dead: number;
+}
+
+/** One page of a group listing, by group name; `next_cursor` is null on the last page. */
+export interface GroupPage {
+  groups: Group[];
+  next_cursor: string | null;
+}
+
+/** The filter of GET /queues/:name/groups. */
+export interface GroupFilter {
+  /** Only the groups with pending, claimed or executing tasks. */
+  active?: boolean;
   /** 1..500, default 100. */
   limit?: number;
   cursor?: string;

@@ -303,3 +303,46 @@ test("errors: an unreachable server is unavailable with status 0; an aborted cal
   assert.throws(() => new Client("ftp://x"), TypeError);
   await rejectsWith(client.request("route", "GET", "/no/such/route"), "not_found", 404);
 });
+
+test("groups: put, get, list with paging and active, tasks by group, delete", async () => {
+  const q = await freshQueue("groups", { fairness: "round_robin", group_max_concurrency: 2, paused: true });
+  await client.enqueueBatch(q, [{ payload: 1, group: "acme" }, { payload: 2, group: "acme" }, { payload: 3, group: "beta" }]);
+
+  const acme = await client.getGroup(q, "acme");
+  assert.equal(acme.group, "acme");
+  assert.equal(acme.pending + acme.claimed, 2);
+  assert.equal(acme.weight, null);
+  assert.deepEqual(acme.effective, { weight: 1, max_concurrency: 2, rate_limit: null, rate_burst: null });
+
+  const put = await client.putGroup(q, "acme", { weight: 3, rate_limit: 2 });
+  assert.equal(put.weight, 3);
+  assert.equal(put.max_concurrency, null);
+  assert.deepEqual(put.effective, { weight: 3, max_concurrency: 2, rate_limit: 2, rate_burst: 2 });
+  const idle = await client.putGroup(q, "idle", { max_concurrency: 5 });
+  assert.equal(idle.effective.max_concurrency, 5);
+  assert.equal(idle.pending, 0);
+
+  const first = await client.listGroups(q, { limit: 2 });
+  assert.deepEqual(first.groups.map((g) => g.group), ["acme", "beta"]);
+  assert.ok(first.next_cursor);
+  const second = await client.listGroups(q, { limit: 2, cursor: first.next_cursor });
+  assert.deepEqual(second.groups.map((g) => g.group), ["idle"]);
+  assert.equal(second.next_cursor, null);
+  const all: string[] = [];
+  for await (const g of client.allGroups(q, { limit: 1 })) all.push(g.group);
+  assert.deepEqual(all, ["acme", "beta", "idle"]);
+  assert.deepEqual((await client.listGroups(q, { active: true })).groups.map((g) => g.group), ["acme", "beta"]);
+
+  const beta = await client.listTasks(q, { group: "beta" });
+  assert.deepEqual(beta.tasks.map((t) => t.group), ["beta"]);
+
+  await client.deleteGroup(q, "acme");
+  const back = await client.getGroup(q, "acme");
+  assert.equal(back.weight, null);
+  assert.equal(back.effective.weight, 1);
+  await client.deleteGroup(q, "idle");
+  await rejectsWith(client.getGroup(q, "idle"), "group_not_found", 404);
+  await rejectsWith(client.putGroup(q, "bad name"), "invalid_request", 400);
+  await rejectsWith(client.putGroup(q, "acme", { weight: 0 }), "invalid_request", 400);
+  await rejectsWith(client.getGroup(`${q}-none`, "acme"), "queue_not_found", 404);
+});

@@ -14,6 +14,8 @@ from .errors import TaskForgeError
 from .types import (
     AckResult,
     BulkCancel,
+    Group,
+    GroupPage,
     LeaseResult,
     LeaseState,
     NewTask,
@@ -56,6 +58,10 @@ def _q(name: str) -> str:
 
 def _fields(**kv: Any) -> dict[str, Any]:
     return {k: v for k, v in kv.items() if v is not UNSET}
+
+
+def _group_path(queue: str, group: str) -> str:
+    return f"/queues/{_q(queue)}/groups/{_q(group)}"
 
 
 def _timestr(v: datetime | str | None) -> str | None:
@@ -107,16 +113,24 @@ class Client:
         priority_aging_ms: int | None = None,
         retention: dict[str, int | None] | None = None,
         idempotency_window_ms: int | None = None,
+        fairness: str | None = None,
+        group_max_concurrency: int | None = None,
+        group_rate_limit: float | None = None,
+        group_rate_burst: int | None = None,
     ) -> Queue:
         """Creates a queue (409 :class:`QueueExists` when the name is taken).
         Unset settings take the server's defaults. ``retention`` sets ages among
         ``done_ms``, ``cancelled_ms`` and ``dead_ms`` (at least 60000, or None =
-        forever); the others follow the server's default."""
+        forever); the others follow the server's default. ``fairness="round_robin"``
+        makes the queue's groups take weighted turns; the ``group_*`` settings are
+        the limits of each group (see :meth:`put_group` for one group's own)."""
         body: dict[str, Any] = {"name": name, **{k: v for k, v in dict[str, Any](
             max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
             max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
-            retention=retention, idempotency_window_ms=idempotency_window_ms,
+            retention=retention, idempotency_window_ms=idempotency_window_ms, fairness=fairness,
+            group_max_concurrency=group_max_concurrency, group_rate_limit=group_rate_limit,
+            group_rate_burst=group_rate_burst,
         ).items() if v is not None}}
         return Queue.from_json(self._t.request("POST", "/queues", body=body).body)
 
@@ -142,14 +156,21 @@ class Client:
         priority_aging_ms: int | None | _Unset = UNSET,
         retention: dict[str, int | None] | None | _Unset = UNSET,
         idempotency_window_ms: int | _Unset = UNSET,
+        fairness: str | None | _Unset = UNSET,
+        group_max_concurrency: int | None | _Unset = UNSET,
+        group_rate_limit: float | None | _Unset = UNSET,
+        group_rate_burst: int | None | _Unset = UNSET,
     ) -> Queue:
         """Changes the settings given; None clears an optional limit. ``retention``
         changes the ages it names (None = forever) and keeps the others;
-        ``retention=None`` puts every age back to the server's default."""
+        ``retention=None`` puts every age back to the server's default.
+        ``fairness=None`` puts the queue back in one line."""
         body = _fields(max_retries=max_retries, rate_limit=rate_limit, rate_burst=rate_burst,
                        max_concurrency=max_concurrency, backoff_base_ms=backoff_base_ms,
                        backoff_max_ms=backoff_max_ms, paused=paused, priority_aging_ms=priority_aging_ms,
-                       retention=retention, idempotency_window_ms=idempotency_window_ms)
+                       retention=retention, idempotency_window_ms=idempotency_window_ms, fairness=fairness,
+                       group_max_concurrency=group_max_concurrency, group_rate_limit=group_rate_limit,
+                       group_rate_burst=group_rate_burst)
         return Queue.from_json(self._t.request("PATCH", f"/queues/{_q(name)}", body=body).body)
 
     def delete_queue(self, name: str) -> None:
@@ -167,6 +188,53 @@ class Client:
     def stats(self, queue: str) -> Stats:
         """Depth by status, throughput, error rate, oldest pending age, DLQ depth."""
         return Stats.from_json(self._t.request("GET", f"/queues/{_q(queue)}/stats").body)
+
+    # --- groups of a fair queue ---------------------------------------------
+
+    def put_group(
+        self,
+        queue: str,
+        group: str,
+        *,
+        weight: int | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: float | None = None,
+        rate_burst: int | None = None,
+    ) -> Group:
+        """Replaces a group's overrides of its queue's group defaults (a setting
+        left None: the queue's default; weight 1) and returns the group; every
+        replica's next pop applies them. :class:`InvalidRequest` for a bad group
+        name or setting, :class:`QueueNotFound`."""
+        body = {"weight": weight, "max_concurrency": max_concurrency, "rate_limit": rate_limit,
+                "rate_burst": rate_burst}
+        return Group.from_json(self._t.request("PUT", _group_path(queue, group), body=body).body)
+
+    def get_group(self, queue: str, group: str) -> Group:
+        """One group: its overrides, the settings in effect and its counts
+        (404 :class:`GroupNotFound` for a group with no tasks and no overrides)."""
+        return Group.from_json(self._t.request("GET", _group_path(queue, group)).body)
+
+    def delete_group(self, queue: str, group: str) -> None:
+        """Forgets a group's overrides; its tasks stay."""
+        self._t.request("DELETE", _group_path(queue, group))
+
+    def list_groups(self, queue: str, *, active: bool = False, limit: int | None = None,
+                    cursor: str | None = None) -> GroupPage:
+        """One page of the queue's groups, by name; ``active`` lists only those with
+        pending, claimed or executing tasks."""
+        query = {"active": "true" if active else None, "limit": limit, "cursor": cursor}
+        out = self._t.request("GET", f"/queues/{_q(queue)}/groups", query=query).body
+        return GroupPage([Group.from_json(g) for g in out["groups"]], out.get("next_cursor"))
+
+    def iter_groups(self, queue: str, *, active: bool = False, limit: int | None = None) -> Iterator[Group]:
+        """Every group of the queue (``active``: as :meth:`list_groups`), page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.list_groups(queue, active=active, limit=limit, cursor=cursor)
+            yield from page.groups
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
 
     # --- tasks --------------------------------------------------------------
 
@@ -255,9 +323,10 @@ class Client:
         created_before: datetime | str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        group: str | None = None,
     ) -> TaskPage:
-        """One page of the queue's tasks, newest first."""
-        query = {"status": status, "worker_id": worker_id, "created_after": _timestr(created_after),
+        """One page of the queue's tasks, newest first (``group``: only that group's)."""
+        query = {"status": status, "worker_id": worker_id, "group": group, "created_after": _timestr(created_after),
                  "created_before": _timestr(created_before), "limit": limit, "cursor": cursor}
         out = self._t.request("GET", f"/queues/{_q(queue)}/tasks", query=query).body
         return TaskPage([Task.from_json(t) for t in out["tasks"]], out.get("next_cursor"))

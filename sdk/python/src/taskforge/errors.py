@@ -11,6 +11,7 @@ __all__ = [
     "Forbidden",
     "NotFound",
     "QueueNotFound",
+    "GroupNotFound",
     "TaskNotFound",
     "ScheduleNotFound",
     "MethodNotAllowed",
@@ -84,6 +85,10 @@ class QueueNotFound(NotFound):
     """404 ``queue_not_found``."""
 
 
+class GroupNotFound(NotFound):
+    """404 ``group_not_found``: a group with no tasks and no overrides."""
+
+
 class TaskNotFound(NotFound):
     """404 ``task_not_found``."""
 
@@ -155,6 +160,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "queue_not_found": QueueNotFound,
     "task_not_found": TaskNotFound,
     "schedule_not_found": ScheduleNotFound,
+    "group_not_found": GroupNotFound,
     "method_not_allowed": MethodNotAllowed,
     "queue_exists": QueueExists,
     "queue_not_empty": QueueNotEmpty,

@@ -15,6 +15,9 @@ __all__ = [
     "Task",
     "Attempt",
     "TaskPage",
+    "Group",
+    "GroupLimits",
+    "GroupPage",
     "Stats",
     "BulkCancel",
     "Schedule",
@@ -175,6 +178,55 @@ class TaskPage:
     """One page of a listing, newest first; ``next_cursor`` is None on the last."""
 
     tasks: list[Task]
+    next_cursor: str | None
+
+
+@dataclass
+class GroupLimits:
+    """The settings in effect for a group: its overrides, else its queue's group
+    defaults; None = unlimited."""
+
+    weight: int = 1
+    max_concurrency: int | None = None
+    rate_limit: float | None = None
+    rate_burst: int | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GroupLimits:
+        return _build(cls, d)
+
+
+@dataclass
+class Group:
+    """A group of a fair queue (``GET /queues/:name/groups/:group``): its overrides
+    (None = the queue's default), the settings in ``effective``, and its tasks by
+    status (exact). ``claimed`` tasks are buffered, not yet taken by a worker."""
+
+    group: str
+    weight: int | None = None
+    max_concurrency: int | None = None
+    rate_limit: float | None = None
+    rate_burst: int | None = None
+    effective: GroupLimits = field(default_factory=GroupLimits)
+    pending: int = 0
+    blocked: int = 0
+    claimed: int = 0
+    executing: int = 0
+    retry: int = 0
+    dead: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Group:
+        g = _build(cls, d)
+        g.effective = GroupLimits.from_json(d.get("effective") or {})
+        return g
+
+
+@dataclass
+class GroupPage:
+    """One page of a group listing, by group name; ``next_cursor`` is None on the last."""
+
+    groups: list[Group]
     next_cursor: str | None
 
 
