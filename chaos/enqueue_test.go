@@ -187,7 +187,7 @@ func (h *harness) recordEnqueued(keys []string, data []byte, single bool, l *enq
 func (h *harness) checkAtomic(keys []string, l *enqueueLedger) {
 	var n int
 	err := h.dbRetry(30*time.Second, func(ctx context.Context) error {
-		return h.db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE idempotency_key = ANY($1)`, keys).Scan(&n)
+		return h.db.QueryRow(ctx, `SELECT count(*) FROM all_tasks WHERE idempotency_key = ANY($1)`, keys).Scan(&n)
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()

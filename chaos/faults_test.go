@@ -496,11 +496,11 @@ func (in *injector) probeState(task string) string {
 	_ = in.h.dbRetry(30*time.Second, func(ctx context.Context) error {
 		var attempts int
 		var lastErr *string
-		if err := in.h.db.QueryRow(ctx, `SELECT attempts, last_error FROM tasks WHERE id = $1`, task).Scan(&attempts, &lastErr); err != nil {
+		if err := in.h.db.QueryRow(ctx, `SELECT attempts, last_error FROM all_tasks WHERE id = $1`, task).Scan(&attempts, &lastErr); err != nil {
 			return err
 		}
 		rows, err := in.h.db.Query(ctx, `SELECT attempt, status, lease_token::text, finished_at, coalesce(error, '')
-			FROM attempts WHERE task_id = $1 ORDER BY attempt`, task)
+			FROM all_attempts WHERE task_id = $1 ORDER BY attempt`, task)
 		if err != nil {
 			return err
 		}
@@ -526,7 +526,7 @@ func (in *injector) probeState(task string) string {
 func (in *injector) attemptStatus(task string, attempt int) string {
 	var status string
 	_ = in.h.dbRetry(30*time.Second, func(ctx context.Context) error {
-		return in.h.db.QueryRow(ctx, `SELECT status FROM attempts WHERE task_id = $1 AND attempt = $2`, task, attempt).Scan(&status)
+		return in.h.db.QueryRow(ctx, `SELECT status FROM all_attempts WHERE task_id = $1 AND attempt = $2`, task, attempt).Scan(&status)
 	})
 	return status
 }
@@ -534,7 +534,7 @@ func (in *injector) attemptStatus(task string, attempt int) string {
 func (in *injector) probeDone(task string) bool {
 	var status string
 	err := in.h.dbRetry(30*time.Second, func(ctx context.Context) error {
-		return in.h.db.QueryRow(ctx, `SELECT status FROM tasks WHERE id = $1`, task).Scan(&status)
+		return in.h.db.QueryRow(ctx, `SELECT status FROM all_tasks WHERE id = $1`, task).Scan(&status)
 	})
 	return err == nil && status == "done"
 }

@@ -223,7 +223,7 @@ func (h *harness) taskStatuses(ids []string) map[string]string {
 		return out
 	}
 	_ = h.dbRetry(5*time.Second, func(ctx context.Context) error {
-		rows, err := h.db.Query(ctx, `SELECT id::text, status FROM tasks WHERE id = ANY($1::uuid[])`, known)
+		rows, err := h.db.Query(ctx, `SELECT id::text, status FROM all_tasks WHERE id = ANY($1::uuid[])`, known)
 		if err != nil {
 			return err
 		}

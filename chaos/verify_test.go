@@ -102,7 +102,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		rows, err := tx.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
-			schedule, workflow_id::text, scheduled_at, created_at, step, replayed_from::text, finished_at FROM tasks`)
+			schedule, workflow_id::text, scheduled_at, created_at, step, replayed_from::text, finished_at FROM all_tasks`)
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 			return err
 		}
 		rows, err = tx.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
-			FROM attempts ORDER BY task_id, attempt`)
+			FROM all_attempts ORDER BY task_id, attempt`)
 		if err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func (h *harness) tallyDrift() []string {
 					UNION ALL
 					SELECT queue, metric, delta FROM queue_tally_delta WHERE bucket = '-infinity') k
 				GROUP BY 1, 2),
-			counted AS (SELECT queue, status, count(*) AS n FROM tasks GROUP BY 1, 2)
+			counted AS (SELECT queue, status, count(*) AS n FROM all_tasks GROUP BY 1, 2)
 			SELECT coalesce(k.queue, c.queue), coalesce(k.status, c.status), coalesce(k.n, 0), coalesce(c.n, 0)
 			FROM kept k FULL JOIN counted c ON c.queue = k.queue AND c.status = k.status
 			WHERE coalesce(k.n, 0) <> coalesce(c.n, 0)`)

@@ -226,7 +226,7 @@ func (h *harness) resume(ctx context.Context, w wfSpec, l *wfLedger) {
 		// second replay of the same dead task would be a plain task).
 		var replays int
 		if err := h.dbRetry(time.Minute, func(ctx context.Context) error {
-			return h.db.QueryRow(ctx, `SELECT replay_count FROM tasks WHERE id = $1`, dead).Scan(&replays)
+			return h.db.QueryRow(ctx, `SELECT replay_count FROM all_tasks WHERE id = $1`, dead).Scan(&replays)
 		}); err == nil && replays > 0 {
 			break
 		}

@@ -5,5 +5,5 @@
 -- Parameters:
 --   $1 text: the queue
 -- Returns: exists.
-SELECT EXISTS (SELECT 1 FROM tasks
+SELECT EXISTS (SELECT 1 FROM all_tasks
 WHERE queue = $1 AND status IN ('pending', 'blocked', 'claimed', 'executing', 'retry', 'dead'))

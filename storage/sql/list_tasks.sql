@@ -25,7 +25,7 @@ CROSS JOIN LATERAL (
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,
 	heartbeat_at, lease_expires_at, cancel_requested, replayed_from, replay_count, replayed_at,
 	attempt_started_at, traceparent, releases, progress, created_at, updated_at, finished_at, schedule,
-	workflow_id, step, debounce_key, debounced, group_key FROM tasks
+	workflow_id, step, debounce_key, debounced, group_key FROM all_tasks
 	WHERE queue = $1 AND status = s.wanted
 		AND ($3::text IS NULL OR claimed_by = $3)
 		AND ($4::timestamptz IS NULL OR created_at >= $4)

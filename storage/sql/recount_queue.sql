@@ -4,4 +4,4 @@
 -- Parameters:
 --   $1 text: the queue
 -- Returns: status, count.
-SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status
+SELECT status, count(*) FROM all_tasks WHERE queue = $1 GROUP BY status

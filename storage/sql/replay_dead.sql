@@ -1,16 +1,20 @@
 -- name: replay_dead
 -- replay_dead creates a new pending task from each dead one (keeping the schedule that
--- created it, and its group) and marks the dead ones replayed; the dead tasks keep their history.
+-- created it, and its group) and marks the dead ones replayed, live (tasks) or in history
+-- (task_history); the dead tasks keep their history.
 --
 -- Parameters:
 --   $1 uuid[]: the dead tasks, in the order to replay them
 -- Returns: every column of the task row (as get_task).
 WITH src AS (
 	SELECT t.*, u.ord FROM unnest($1::uuid[]) WITH ORDINALITY AS u(id, ord)
-	JOIN tasks t ON t.id = u.id
+	JOIN all_tasks t ON t.id = u.id
 ), marked AS (
 	UPDATE tasks t SET replay_count = t.replay_count + 1, replayed_at = now(), updated_at = now()
-	FROM src WHERE t.id = src.id
+	WHERE t.id = ANY($1::uuid[])
+), marked_old AS (
+	UPDATE task_history t SET replay_count = t.replay_count + 1, replayed_at = now(), updated_at = now()
+	WHERE t.status = 'dead' AND t.id = ANY($1::uuid[])
 )
 INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries,
 	timeout_seconds, replayed_from, schedule, group_key)

@@ -4,4 +4,4 @@
 --   $1 text: the queue
 --   $2 uuid: the id
 -- Returns: status.
-SELECT status FROM tasks WHERE queue = $1 AND id = $2
+SELECT status FROM all_tasks WHERE queue = $1 AND id = $2

@@ -8,6 +8,6 @@
 --   last_error.
 SELECT ws.workflow_id, ws.step, ws.depends_on, ws.task_id, t.queue, t.status,
 	t.attempts, t.result, t.last_error
-FROM workflow_steps ws LEFT JOIN tasks t ON t.id = ws.task_id
+FROM workflow_steps ws LEFT JOIN all_tasks t ON t.id = ws.task_id
 WHERE ws.workflow_id = ANY($1::uuid[])
 ORDER BY ws.workflow_id, ws.ord
