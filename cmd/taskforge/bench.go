@@ -25,12 +25,14 @@ func benchCommand() *cobra.Command {
 		e1Layouts, e2Layouts, e5Layouts string
 		latLayout, victims, survivors   string
 		scaleQueues, scaleRows          string
+		fairLayout, fairE1Layout        string
+		fairBacklog, fairSpread         string
 		quiet                           bool
 		workerCommands                  = defaultWorkerCommands()
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6, scale) against real PostgreSQL and Redis",
+		Short: "Run the end-to-end benchmarks (E1, E2, latency, E5, E6, scale, fair) against real PostgreSQL and Redis",
 		Long: `Run TaskForge's end-to-end benchmarks. The harness starts its own serve and
 reference worker processes (this same binary), each step in a fresh database
 created on the PostgreSQL server and dropped after, with a fresh Redis key
@@ -51,6 +53,13 @@ after; the report records the PostgreSQL settings it ran with.
            and 10,000 queues (--scale-queues); stats, /metrics and dashboard feed
            latency and PostgreSQL CPU with 100k, 1M and 10M tasks in a queue
            (--scale-rows; 10M takes minutes to load)
+  fair     only when named: fair queues. A group of 1,000,000 due tasks
+           (--fair-backlog) draining beside 100 groups that enqueue 10 each:
+           their enqueue → start and the big group's share meanwhile; 100,000
+           due tasks (--fair-spread) in as many groups, then in one: idle CPU,
+           drain throughput, a new group's enqueue → start; E1 on a fair queue
+           with one group against a plain one (--fair-e1-layout), one after
+           the other
 
 A layout PxC is P worker processes with --concurrency C each: 16x1 is sixteen
 workers polling for one task at a time, 1x16 one process polling for up to 16.
@@ -81,6 +90,23 @@ Exit status 1 when a step failed or a check did not hold.`,
 			}
 			if err == nil {
 				cfg.Scale.Rows, err = bench.ParseCounts(scaleRows)
+			}
+			parseOne(fairLayout, &cfg.Fair.Layout)
+			parseOne(fairE1Layout, &cfg.Fair.E1Layout)
+			for _, c := range []struct {
+				flag, value string
+				into        *int
+			}{{"--fair-backlog", fairBacklog, &cfg.Fair.Backlog}, {"--fair-spread", fairSpread, &cfg.Fair.Spread}} {
+				if err != nil {
+					break
+				}
+				var n []int
+				if n, err = bench.ParseCounts(c.value); err == nil && len(n) != 1 {
+					err = fmt.Errorf("%s: want one count, got %q", c.flag, c.value)
+				}
+				if err == nil {
+					*c.into = n[0]
+				}
 			}
 			if err != nil {
 				return usageError(err)
@@ -162,6 +188,12 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.DurationVar(&cfg.Scale.IdleWindow, "scale-idle-window", 15*time.Second, "scale: idle CPU window of each queues point")
 	fs.IntVar(&cfg.Scale.LatencySamples, "scale-latency-samples", 50, "scale: enqueue → long-poll receipts per queues point")
 	fs.IntVar(&cfg.Scale.Samples, "scale-samples", 20, "scale: stats requests, metrics scrapes and feed refreshes per rows point")
+	fs.StringVar(&fairBacklog, "fair-backlog", "1M", "fair: the big group's due tasks beside the small groups (k and M suffixes allowed)")
+	fs.StringVar(&fairSpread, "fair-spread", "100k", "fair: due tasks in as many groups, then in one")
+	fs.StringVar(&fairLayout, "fair-layout", "4x16", "fair: worker layout of the backlog and spread drains")
+	fs.StringVar(&fairE1Layout, "fair-e1-layout", "4x16", "fair: worker layout of E1 on a fair queue against a plain one")
+	fs.IntVar(&cfg.Fair.E1Tasks, "fair-e1-tasks", 5000, "fair: tasks of each E1 drain")
+	fs.DurationVar(&cfg.Fair.IdleWindow, "fair-idle-window", 10*time.Second, "fair: idle CPU window of each spread step")
 	fs.DurationVar(&cfg.Scale.ScrapeEvery, "scale-scrape-every", 2500*time.Millisecond, "scale: pause between metrics scrapes in the rows window")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
 	fs.StringArrayVar(&cfg.ServeEnv, "serve-env", nil, serveEnvUsage)

@@ -316,6 +316,15 @@ func checkNothingLeft(t *testing.T, bin string, cfg Config, r Report) {
 	for _, w := range r.ScaleRows {
 		steps = append(steps, w.Step)
 	}
+	for _, b := range r.FairBacklog {
+		steps = append(steps, b.Step)
+	}
+	for _, s := range r.FairSpread {
+		steps = append(steps, s.Step)
+	}
+	for _, e := range r.FairE1 {
+		steps = append(steps, e.Plain.Step, e.Fair.Step)
+	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
 	if err != nil {

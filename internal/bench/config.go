@@ -21,10 +21,11 @@ const (
 	ExpRetry    = "e5"      // every task fails once, then succeeds
 	ExpRecovery = "e6"      // workers SIGKILLed while holding tasks
 	ExpScale    = "scale"   // costs as queues and rows grow
+	ExpFair     = "fair"    // fair queues: a backlog beside small groups, many groups, E1 with one group
 )
 
 // AllExperiments lists every experiment in the order Run runs them.
-var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpEnqueue, ExpRetry, ExpRecovery, ExpScale}
+var AllExperiments = []string{ExpNoop, ExpSleep, ExpLatency, ExpEnqueue, ExpRetry, ExpRecovery, ExpScale, ExpFair}
 
 // DefaultExperiments are the experiments run when none are named: all but scale,
 // whose default sizes (10,000 queues, 10 million rows) take many minutes.
@@ -298,6 +299,7 @@ type Config struct {
 	E5      RetryConfig    `json:"e5"`
 	E6      RecoveryConfig `json:"e6"`
 	Scale   ScaleConfig    `json:"scale"`
+	Fair    FairConfig     `json:"fair"`
 
 	// Language names the SDK whose worker runs the layouts without a protocol:
 	// "go" (the reference worker, `taskforge worker`), "typescript" or
@@ -376,6 +378,7 @@ func (c Config) WithDefaults() Config {
 		c.Scale.Rows = []int{100_000, 1_000_000, 10_000_000}
 	}
 	c.Scale.Settle = cmp.Or(c.Scale.Settle, 3*time.Second)
+	c.Fair.defaults()
 	c.Scale.IdleWindow = cmp.Or(c.Scale.IdleWindow, 15*time.Second)
 	c.Scale.LatencySamples = cmp.Or(c.Scale.LatencySamples, 50)
 	c.Scale.Samples = cmp.Or(c.Scale.Samples, 20)
@@ -442,6 +445,9 @@ func (c Config) Validate() error {
 	}
 	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
 		errs = append(errs, errors.New("scale: both curves are skipped"))
+	}
+	if f := c.Fair; f.Backlog < 1 || f.SmallGroups < 1 || f.SmallTasks < 1 || f.Spread < 1 || f.E1Tasks < 1 {
+		errs = append(errs, errors.New("fair: sizes must be at least 1"))
 	}
 	if c.Scale.LatencySamples < 1 || c.Scale.Samples < 1 {
 		errs = append(errs, errors.New("scale: sample counts must be at least 1"))

@@ -26,7 +26,9 @@ type drainSpec struct {
 	warmPayload any
 	sleepMs     int // for the efficiency of sleeping tasks; 0 otherwise
 	queue       client.QueueSettings
-	profile     bool
+	// group, when set, is every task's group (a fair queue's one group).
+	group   string
+	profile bool
 	// after runs with the measured task ids once they are all finished, before the
 	// step's processes stop and its database is dropped.
 	after func(ctx context.Context, s *step, ids []string) error
@@ -72,7 +74,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 	}
 	warm := max(sp.warmup, 0)
 	if warm > 0 {
-		if _, err := enqueueBatches(ctx, s.api, name, warm, cmpAny(sp.warmPayload, sp.payload)); err != nil {
+		if _, err := enqueueBatches(ctx, s.api, name, warm, cmpAny(sp.warmPayload, sp.payload), sp.group); err != nil {
 			return res, fmt.Errorf("enqueue warm-up: %w", err)
 		}
 		err := s.waitTerminal(ctx, "warm-up", name, warm, workers, func(n int) {
@@ -89,7 +91,7 @@ func (r *runner) drain(ctx context.Context, sp drainSpec) (res DrainResult, err 
 	}
 	r.prog.update(true, "%s: enqueueing %d tasks", label, sp.tasks)
 	preloadStart := time.Now()
-	ids, err := enqueueBatches(ctx, s.api, name, sp.tasks, sp.payload)
+	ids, err := enqueueBatches(ctx, s.api, name, sp.tasks, sp.payload, sp.group)
 	if err != nil {
 		return res, fmt.Errorf("enqueue: %w", err)
 	}

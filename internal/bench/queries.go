@@ -122,3 +122,40 @@ FROM generate_series($2::bigint, $3::bigint) AS g,
 
 // scaleCountTasks counts the tasks of the step's database.
 const scaleCountTasks = `SELECT count(*) FROM tasks`
+
+// The fair experiment's statements (the bulk loads are harness-only SQL, as the
+// scale experiment's).
+
+// fairInsertQueue creates a fair queue ($1) with the table's other defaults.
+const fairInsertQueue = `INSERT INTO queues (name, fairness) VALUES ($1, 'round_robin')`
+
+// fairInsertRows is scaleInsertRows with each row in group g<row mod $6>.
+const fairInsertRows = `INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at,
+	max_retries, created_at, updated_at, group_key)
+SELECT ` + scaleUUIDv7 + `, $1, jsonb_build_object('i', g), 5, 'pending', ts,
+	(SELECT max_retries FROM queues WHERE name = $1), ts, ts, 'g' || (g % $6::bigint)
+FROM generate_series($2::bigint, $3::bigint) AS g,
+	LATERAL (SELECT $4::timestamptz - ($5::bigint - g) * interval '1 microsecond' AS ts) AS t`
+
+// fairStartedOf counts the given tasks that have started an attempt.
+const fairStartedOf = `SELECT count(DISTINCT task_id) FROM attempts WHERE task_id = ANY($1::text[]::uuid[])`
+
+// fairLastStart is the latest first start of the given tasks.
+const fairLastStart = `SELECT max(started_at) FROM attempts WHERE task_id = ANY($1::text[]::uuid[]) AND attempt = 1`
+
+// fairHandouts counts queue $1's attempts started in ($2, $3].
+const fairHandouts = `SELECT count(*) FROM attempts WHERE queue = $1 AND started_at > $2 AND started_at <= $3`
+
+// fairBigTurns: per group of the given tasks ($1), the attempts of queue $2's group
+// $3 started between the group's enqueue and its last first start.
+const fairBigTurns = `WITH g AS (
+	SELECT t.group_key, min(t.created_at) AS stored, max(a.started_at) AS last
+	FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = 1
+	WHERE t.id = ANY($1::text[]::uuid[])
+	GROUP BY t.group_key)
+SELECT (SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id
+	WHERE a.queue = $2 AND t.group_key = $3 AND a.started_at > g.stored AND a.started_at <= g.last)::float8
+FROM g`
+
+// fairDrainWindow bounds queue $1's succeeded attempts and counts them.
+const fairDrainWindow = `SELECT count(*), min(started_at), max(finished_at) FROM attempts WHERE queue = $1 AND status = 'succeeded'`

@@ -73,7 +73,7 @@ func (r *runner) recovery(ctx context.Context, run int, v LeaseVariant) (res Rec
 	}
 	m := c.Victims.Workers()
 	res.Tasks = m
-	ids, err := enqueueBatches(ctx, s.api, name, m, map[string]any{"ms": holdMs})
+	ids, err := enqueueBatches(ctx, s.api, name, m, map[string]any{"ms": holdMs}, "")
 	if err != nil {
 		return res, fmt.Errorf("enqueue: %w", err)
 	}

@@ -35,6 +35,11 @@ type Report struct {
 	ScaleQueues []ScaleQueuesResult `json:"scale_queues,omitempty"`
 	ScaleRows   []ScaleRowsResult   `json:"scale_rows,omitempty"`
 
+	// FairBacklog, FairSpread and FairE1 are the fair experiment's parts.
+	FairBacklog []FairBacklogResult `json:"fair_backlog,omitempty"`
+	FairSpread  []FairSpreadResult  `json:"fair_spread,omitempty"`
+	FairE1      []FairE1Result      `json:"fair_e1,omitempty"`
+
 	Medians  []Median `json:"medians,omitempty"`
 	Problems []string `json:"problems,omitempty"` // failed checks; empty when all passed
 }
@@ -345,6 +350,28 @@ func (r *Report) computeMedians() {
 			add(ExpScale, cfg, "postgres_cores", w.PostgresCores)
 		}
 	}
+	for _, b := range r.FairBacklog {
+		if b.Error == "" {
+			cfg := fmt.Sprintf("backlog=%d", b.Backlog)
+			add(ExpFair, cfg, "small_receipt_p50_ms", b.Receipt.P50)
+			add(ExpFair, cfg, "small_receipt_p99_ms", b.Receipt.P99)
+			add(ExpFair, cfg, "big_turns_max", b.BigTurns.Max)
+		}
+	}
+	for _, s := range r.FairSpread {
+		if s.Error == "" {
+			cfg := fmt.Sprintf("tasks=%d groups=%d", s.Tasks, s.Groups)
+			add(ExpFair, cfg, "idle_serve_cores", s.IdleServeCores)
+			add(ExpFair, cfg, "idle_postgres_cores", s.IdlePostgresCores)
+			add(ExpFair, cfg, "throughput", s.Throughput)
+			add(ExpFair, cfg, "probe_p50_ms", s.Probe.P50)
+		}
+	}
+	for _, e := range r.FairE1 {
+		if e.Error == "" {
+			add(ExpFair, "e1 "+e.Layout.String(), "fair_over_plain", e.Ratio)
+		}
+	}
 	r.Medians = r.Medians[:0]
 	for _, k := range order {
 		v := vals[k]
@@ -405,6 +432,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := r.writeFair(w); err != nil {
+		return err
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintln(w, "\nLatency (tasks.created_at → attempts.started_at, database clock; per run)")

@@ -156,6 +156,8 @@ func (r *runner) runExperiment(ctx context.Context, exp string, run int) error {
 		}
 	case ExpScale:
 		return r.scale(ctx, run)
+	case ExpFair:
+		return r.fair(ctx, run)
 	case ExpRecovery:
 		for _, v := range c.E6.Variants {
 			res, err := r.recovery(ctx, run, v)
@@ -252,12 +254,12 @@ func (r *runner) deleteKeys(ctx context.Context, pattern string) error {
 
 // enqueueBatches enqueues n tasks with payload, client.MaxBatch per request, and
 // returns their ids.
-func enqueueBatches(ctx context.Context, api *client.Client, queue string, n int, payload any) ([]string, error) {
+func enqueueBatches(ctx context.Context, api *client.Client, queue string, n int, payload any, group string) ([]string, error) {
 	ids := make([]string, 0, n)
 	for len(ids) < n {
 		batch := make([]client.NewTask, min(client.MaxBatch, n-len(ids)))
 		for i := range batch {
-			batch[i] = client.NewTask{Payload: payload}
+			batch[i] = client.NewTask{Payload: payload, Group: group}
 		}
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
 		created, err := api.EnqueueBatchMinimal(cctx, queue, batch)

@@ -1,0 +1,511 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskforge/taskforge/client"
+)
+
+// The fair experiment measures fair queues (docs/flow-control.md, "Fair queues")
+// in three parts, each run once per run:
+//
+//   - backlog: one group with Fair.Backlog due tasks (bulk-loaded before serve
+//     starts) drains through the layout; once it flows, Fair.SmallGroups groups
+//     enqueue Fair.SmallTasks tasks each (one batch per group), and the step
+//     measures enqueue → start of those tasks and how many tasks the big group got
+//     while they went out (one turn per round: about Fair.SmallTasks).
+//   - spread: Fair.Spread due tasks, in Fair.Spread groups of one and then in one
+//     group, each bulk-loaded before serve starts: serve's and PostgreSQL's CPU
+//     while no worker polls (the dispatcher alone), then the drain's throughput
+//     and, as it starts, enqueue → start of fairProbes tasks, each in a new
+//     group (the dispatcher's reach).
+//   - e1: E1's drain (Fair.E1Tasks no-op tasks, Fair.E1Layout) on a plain queue
+//     and on a fair queue whose tasks are all in one group, one after the other
+//     (the order alternating from run to run), and the ratio of their throughputs.
+
+// fairProbes are the spread part's probe tasks, sent one every fairProbeEvery.
+const (
+	fairProbes     = 50
+	fairProbeEvery = 100 * time.Millisecond
+)
+
+// FairConfig sizes the fair experiment.
+type FairConfig struct {
+	// Backlog is the big group's due tasks in the backlog part. Defaults to 1,000,000.
+	Backlog int `json:"backlog"`
+	// SmallGroups enqueue SmallTasks tasks each beside the backlog. Default 100 and 10.
+	SmallGroups int `json:"small_groups"`
+	SmallTasks  int `json:"small_tasks"`
+	// Spread is the due tasks of the spread part (in as many groups, then in one).
+	// Defaults to 100,000.
+	Spread int `json:"spread"`
+	// Layout drains the backlog and spread parts. Defaults to 4x16.
+	Layout Layout `json:"layout"`
+	// IdleWindow is the spread part's window without workers. Defaults to 10s.
+	IdleWindow time.Duration `json:"idle_window_ns"`
+	// E1Tasks and E1Layout size the e1 part. Defaults: 5,000 tasks, 4x16.
+	E1Tasks  int    `json:"e1_tasks"`
+	E1Layout Layout `json:"e1_layout"`
+}
+
+func (c *FairConfig) defaults() {
+	if c.Backlog == 0 {
+		c.Backlog = 1_000_000
+	}
+	if c.SmallGroups == 0 {
+		c.SmallGroups = 100
+	}
+	if c.SmallTasks == 0 {
+		c.SmallTasks = 10
+	}
+	if c.Spread == 0 {
+		c.Spread = 100_000
+	}
+	if c.Layout.Procs == 0 {
+		c.Layout = Layout{Procs: 4, Concurrency: 16}
+	}
+	if c.IdleWindow == 0 {
+		c.IdleWindow = 10 * time.Second
+	}
+	if c.E1Tasks == 0 {
+		c.E1Tasks = 5000
+	}
+	if c.E1Layout.Procs == 0 {
+		c.E1Layout = Layout{Procs: 4, Concurrency: 16}
+	}
+}
+
+// FairBacklogResult is one backlog step.
+type FairBacklogResult struct {
+	Step
+	Layout      Layout  `json:"layout"`
+	Backlog     int     `json:"backlog"`
+	SmallGroups int     `json:"small_groups"`
+	SmallTasks  int     `json:"small_tasks"`
+	LoadSeconds float64 `json:"load_s"`
+	// Receipt is the small groups' tasks.created_at → first attempt's start.
+	Receipt Dist `json:"receipt"`
+	// BigTurns is, per small group, how many tasks the big group started between
+	// the group's enqueue and its last task's start (turns promise about
+	// SmallTasks, plus what was already popped).
+	BigTurns Dist `json:"big_turns"`
+	// WindowSeconds runs from the first small task's enqueue to the last one's
+	// start; Handouts are the attempts started in it, Throughput Handouts /
+	// WindowSeconds.
+	WindowSeconds float64 `json:"window_s"`
+	Handouts      int     `json:"handouts"`
+	Throughput    float64 `json:"throughput"`
+	// RoundMs is one round of turns (every small group and the big one once) at
+	// Throughput: (SmallGroups + 1) / Throughput.
+	RoundMs float64 `json:"round_ms"`
+}
+
+// FairSpreadResult is one spread step: Tasks due tasks in Groups groups.
+type FairSpreadResult struct {
+	Step
+	Layout      Layout  `json:"layout"`
+	Tasks       int     `json:"tasks"`
+	Groups      int     `json:"groups"`
+	LoadSeconds float64 `json:"load_s"`
+	// IdleCPU is the window without workers; the cores are its serve, PostgreSQL
+	// (the step's backends) and Redis shares.
+	IdleCPU           CPUSplit `json:"idle_cpu"`
+	IdleServeCores    float64  `json:"idle_serve_cores"`
+	IdlePostgresCores float64  `json:"idle_postgres_cores"`
+	IdleRedisCores    float64  `json:"idle_redis_cores"`
+	// Throughput is Tasks / (last finish − first start) of the drain.
+	Throughput float64 `json:"throughput"`
+	// StartToFirstStartMs is from the workers' start (the processes exec'd) to the
+	// first task's start.
+	StartToFirstStartMs float64 `json:"start_to_first_start_ms"`
+	// Probe is enqueue → start of the probe tasks (one each in a new group).
+	Probe Dist `json:"probe"`
+}
+
+// FairE1Result is one run of the e1 part: the same drain on a plain queue and on
+// a fair queue with one group.
+type FairE1Result struct {
+	Run    int         `json:"run"`
+	Plain  DrainResult `json:"plain"`
+	Fair   DrainResult `json:"fair"`
+	Ratio  float64     `json:"ratio"` // Fair.Throughput / Plain.Throughput
+	Error  string      `json:"error,omitempty"`
+	First  string      `json:"first"` // "plain" or "fair": which ran first
+	Layout Layout      `json:"layout"`
+}
+
+// fair runs the three parts of the fair experiment once.
+func (r *runner) fair(ctx context.Context, run int) error {
+	res, err := r.fairBacklog(ctx, run)
+	r.report.FairBacklog = append(r.report.FairBacklog, res)
+	if err != nil {
+		return err
+	}
+	for _, groups := range []int{r.cfg.Fair.Spread, 1} {
+		res, err := r.fairSpread(ctx, run, groups)
+		r.report.FairSpread = append(r.report.FairSpread, res)
+		if err != nil {
+			return err
+		}
+	}
+	e1, err := r.fairE1(ctx, run)
+	r.report.FairE1 = append(r.report.FairE1, e1)
+	return err
+}
+
+// fairBigGroup is the backlog part's big group.
+const fairBigGroup = "g0"
+
+// newFairStep is a prepared step with one fair queue named after it holding tasks
+// due tasks in groups groups (g0 … g<groups−1>, round robin over the rows),
+// bulk-loaded before serve starts.
+func (r *runner) newFairStep(ctx context.Context, name, label string, tasks, groups int, st *Step, loadSeconds *float64) (*step, error) {
+	return r.newPreparedStep(ctx, name, func(ctx context.Context, s *step) error {
+		st.Database, st.RedisPrefix = s.dbName, s.prefix
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, err := s.pool.Exec(cctx, fairInsertQueue, name)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("insert the queue: %w", err)
+		}
+		start := time.Now()
+		if err := r.loadGroupedRows(ctx, s, name, tasks, groups, label); err != nil {
+			return err
+		}
+		*loadSeconds = time.Since(start).Seconds()
+		r.prog.update(true, "%s: VACUUM ANALYZE", label)
+		return s.vacuumAndCount(ctx, tasks)
+	})
+}
+
+// loadGroupedRows inserts m pending tasks into queue in groups groups,
+// scaleChunk rows per statement, scaleLoaders statements at once.
+func (r *runner) loadGroupedRows(ctx context.Context, s *step, queue string, m, groups int, label string) error {
+	var base time.Time
+	if err := s.pool.QueryRow(ctx, dbNow).Scan(&base); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan [2]int)
+	var (
+		mu       sync.Mutex
+		loaded   int
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range scaleLoaders {
+		wg.Go(func() {
+			for ch := range chunks {
+				cctx, ccancel := context.WithTimeout(ctx, opTimeout)
+				_, err := s.pool.Exec(cctx, fairInsertRows, queue, ch[0], ch[1], base, m, groups)
+				ccancel()
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("load rows %d–%d: %w", ch[0], ch[1], err)
+					cancel()
+				}
+				loaded += ch[1] - ch[0] + 1
+				r.prog.update(false, "%s: loaded %d/%d rows", label, loaded, m)
+				mu.Unlock()
+			}
+		})
+	}
+feed:
+	for lo := 1; lo <= m; lo += scaleChunk {
+		select {
+		case chunks <- [2]int{lo, min(lo+scaleChunk-1, m)}:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(chunks)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// fairBacklog runs the backlog part.
+func (r *runner) fairBacklog(ctx context.Context, run int) (res FairBacklogResult, err error) {
+	c := r.cfg.Fair
+	name := fmt.Sprintf("fair-backlog-r%d", run)
+	label := fmt.Sprintf("fair backlog of %d run %d", c.Backlog, run)
+	res = FairBacklogResult{Step: Step{Experiment: ExpFair, Run: run, LoadAvg: loadAvg()}, Layout: c.Layout,
+		Backlog: c.Backlog, SmallGroups: c.SmallGroups, SmallTasks: c.SmallTasks}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", label, err)
+			res.Error = err.Error()
+		}
+	}()
+	r.prog.update(true, "%s: loading", label)
+	s, err := r.newFairStep(ctx, name, label, c.Backlog, 1, &res.Step, &res.LoadSeconds)
+	if err != nil {
+		return res, err
+	}
+	defer s.close()
+	workers, _, err := s.startWorkers(ctx, c.Layout, "noop", "w")
+	if err != nil {
+		return res, err
+	}
+	// Let the backlog flow first: the small groups arrive beside a busy big group.
+	flowing := min(c.Backlog, 2000)
+	if err := s.waitTerminal(ctx, "backlog flowing", name, flowing, workers, nil); err != nil {
+		return res, err
+	}
+	r.prog.update(true, "%s: %d groups enqueue %d tasks each", label, c.SmallGroups, c.SmallTasks)
+	var ids []string
+	var from time.Time
+	if err := s.pool.QueryRow(ctx, dbNow).Scan(&from); err != nil {
+		return res, err
+	}
+	for g := range c.SmallGroups {
+		batch := make([]client.NewTask, c.SmallTasks)
+		for i := range batch {
+			batch[i] = client.NewTask{Payload: map[string]any{}, Group: fmt.Sprintf("small-%03d", g)}
+		}
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		created, err := s.api.EnqueueBatchMinimal(cctx, name, batch)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("enqueue group %d: %w", g, err)
+		}
+		ids = append(ids, created...)
+	}
+	if err := s.waitCount(ctx, "small groups' tasks started", fairStartedOf, []any{ids}, len(ids), stallTimeout, workers, nil); err != nil {
+		return res, err
+	}
+	receipt, err := receipts(ctx, s, ids)
+	if err != nil {
+		return res, err
+	}
+	res.Receipt = distOf(receipt)
+	var to time.Time
+	if err := s.pool.QueryRow(ctx, fairLastStart, ids).Scan(&to); err != nil {
+		return res, fmt.Errorf("read the last start: %w", err)
+	}
+	if err := s.pool.QueryRow(ctx, fairHandouts, name, from, to).Scan(&res.Handouts); err != nil {
+		return res, fmt.Errorf("count the handouts: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, fairBigTurns, ids, name, fairBigGroup)
+	if err != nil {
+		return res, fmt.Errorf("count the big group's turns: %w", err)
+	}
+	var turns []float64
+	for rows.Next() {
+		var n float64
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return res, err
+		}
+		turns = append(turns, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, err
+	}
+	res.BigTurns = distOf(turns)
+	res.WindowSeconds = to.Sub(from).Seconds()
+	if res.WindowSeconds > 0 {
+		res.Throughput = float64(res.Handouts) / res.WindowSeconds
+		res.RoundMs = float64(c.SmallGroups+1) / res.Throughput * 1000
+	}
+	r.prog.println(fmt.Sprintf("%s: small groups' tasks enqueue → start p50 %.1f ms, p99 %.1f ms; the big group's starts while a small group's went out p50 %.0f, max %.0f (%.0f tasks/s, a round %.0f ms) (load %.2f)",
+		label, res.Receipt.P50, res.Receipt.P99, res.BigTurns.P50, res.BigTurns.Max, res.Throughput, res.RoundMs, res.LoadAvg[0]))
+	return res, nil
+}
+
+// receipts reads enqueue → first start of ids, in ms.
+func receipts(ctx context.Context, s *step, ids []string) ([]float64, error) {
+	rows, err := s.pool.Query(ctx, receiptLatencies, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the receipts: %w", err)
+	}
+	defer rows.Close()
+	var out []float64
+	for rows.Next() {
+		var receipt, finish float64
+		var done bool
+		if err := rows.Scan(&receipt, &finish, &done); err != nil {
+			return nil, err
+		}
+		out = append(out, receipt)
+	}
+	return out, rows.Err()
+}
+
+// fairSpread runs one spread step: c.Spread due tasks in groups groups.
+func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSpreadResult, err error) {
+	c := r.cfg.Fair
+	name := fmt.Sprintf("fair-spread-g%d-r%d", groups, run)
+	label := fmt.Sprintf("fair %d tasks in %d groups run %d", c.Spread, groups, run)
+	res = FairSpreadResult{Step: Step{Experiment: ExpFair, Run: run, LoadAvg: loadAvg()}, Layout: c.Layout,
+		Tasks: c.Spread, Groups: groups}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", label, err)
+			res.Error = err.Error()
+		}
+	}()
+	r.prog.update(true, "%s: loading", label)
+	s, err := r.newFairStep(ctx, name, label, c.Spread, groups, &res.Step, &res.LoadSeconds)
+	if err != nil {
+		return res, err
+	}
+	defer s.close()
+	r.prog.update(true, "%s: settling, then an idle window of %s", label, c.IdleWindow)
+	if err := pause(ctx, r.cfg.Scale.Settle); err != nil {
+		return res, err
+	}
+	tracker, err := s.sampler.track()
+	if err != nil {
+		return res, err
+	}
+	if err := pause(ctx, c.IdleWindow); err != nil {
+		_, _ = tracker.finish(runtime.NumCPU())
+		return res, err
+	}
+	if res.IdleCPU, err = tracker.finish(runtime.NumCPU()); err != nil {
+		return res, err
+	}
+	res.IdleServeCores = res.IdleCPU.cores(cpuServe)
+	res.IdlePostgresCores = res.IdleCPU.cores(cpuPGBench)
+	res.IdleRedisCores = res.IdleCPU.cores(cpuRedis)
+
+	var ready time.Time
+	if err := s.pool.QueryRow(ctx, dbNow).Scan(&ready); err != nil {
+		return res, err
+	}
+	workers, _, err := s.startWorkers(ctx, c.Layout, "noop", "w")
+	if err != nil {
+		return res, err
+	}
+	// Probes: fairProbes tasks, each in a new group, one every fairProbeEvery from
+	// the drain's start.
+	var probes []string
+	for i := range fairProbes {
+		if err := pause(ctx, fairProbeEvery); err != nil {
+			return res, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		created, err := s.api.EnqueueBatchMinimal(cctx, name, []client.NewTask{{Payload: map[string]any{}, Group: fmt.Sprintf("probe-%d", i)}})
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("enqueue a probe: %w", err)
+		}
+		probes = append(probes, created...)
+	}
+	err = s.waitTerminal(ctx, "drain", name, c.Spread+len(probes), workers, func(n int) {
+		r.prog.update(false, "%s: %d/%d done", label, n, c.Spread+len(probes))
+	})
+	if err != nil {
+		return res, err
+	}
+	var done int
+	var first, last time.Time
+	if err := s.pool.QueryRow(ctx, fairDrainWindow, name).Scan(&done, &first, &last); err != nil {
+		return res, fmt.Errorf("read the drain: %w", err)
+	}
+	if secs := last.Sub(first).Seconds(); secs > 0 {
+		res.Throughput = float64(done) / secs
+	}
+	res.StartToFirstStartMs = float64(first.Sub(ready).Microseconds()) / 1000
+	probe, err := receipts(ctx, s, probes)
+	if err != nil {
+		return res, err
+	}
+	res.Probe = distOf(probe)
+	r.prog.println(fmt.Sprintf("%s: idle serve %.3f + PostgreSQL %.3f + Redis %.3f cores; drain %.0f tasks/s; a new group's task enqueue → start p50 %.1f ms, p99 %.1f ms (load %.2f)",
+		label, res.IdleServeCores, res.IdlePostgresCores, res.IdleRedisCores, res.Throughput, res.Probe.P50, res.Probe.P99, res.LoadAvg[0]))
+	return res, nil
+}
+
+// fairE1 runs E1's drain on a plain queue and on a fair queue with one group, in
+// an order that alternates from run to run.
+func (r *runner) fairE1(ctx context.Context, run int) (res FairE1Result, err error) {
+	c := r.cfg.Fair
+	res = FairE1Result{Run: run, Layout: c.E1Layout, First: "plain"}
+	fairness := "round_robin"
+	plain := func() error {
+		d, err := r.drain(ctx, drainSpec{exp: "fair-e1-plain", run: run, layout: c.E1Layout, tasks: c.E1Tasks, warmup: 500,
+			handler: "noop", payload: map[string]any{}})
+		res.Plain = d
+		return err
+	}
+	fair := func() error {
+		d, err := r.drain(ctx, drainSpec{exp: "fair-e1-fair", run: run, layout: c.E1Layout, tasks: c.E1Tasks, warmup: 500,
+			handler: "noop", payload: map[string]any{}, group: "tenant",
+			queue: client.QueueSettings{Fairness: client.Set(fairness)}})
+		res.Fair = d
+		return err
+	}
+	order := []func() error{plain, fair}
+	if run%2 == 0 {
+		order, res.First = []func() error{fair, plain}, "fair"
+	}
+	for _, f := range order {
+		if err := f(); err != nil {
+			res.Error = err.Error()
+			return res, err
+		}
+	}
+	if res.Plain.Throughput > 0 {
+		res.Ratio = res.Fair.Throughput / res.Plain.Throughput
+	}
+	r.prog.println(fmt.Sprintf("fair e1 %s run %d: fair queue, one group %.0f tasks/s, plain %.0f: %.2f×",
+		c.E1Layout, run, res.Fair.Throughput, res.Plain.Throughput, res.Ratio))
+	return res, nil
+}
+
+// writeFair writes the fair experiment's tables, per run.
+func (r *Report) writeFair(w io.Writer) error {
+	if len(r.FairBacklog)+len(r.FairSpread)+len(r.FairE1) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	fmt.Fprintln(w, "\nFair queue, a backlog beside small groups (small groups' tasks: tasks.created_at → first start)")
+	p("run\tbacklog\tsmall\tp50 ms\tp99 ms\tmax ms\tbig's turns p50\tmax\ttasks/s\tround ms\tload1\t\n")
+	for _, b := range r.FairBacklog {
+		if b.Error != "" {
+			p("%d\t%d\tfailed: %s\t\n", b.Run, b.Backlog, b.Error)
+			continue
+		}
+		p("%d\t%d\t%dx%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", b.Run, b.Backlog, b.SmallGroups, b.SmallTasks,
+			b.Receipt.P50, b.Receipt.P99, b.Receipt.Max, b.BigTurns.P50, b.BigTurns.Max, b.Throughput, b.RoundMs, b.LoadAvg[0])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nFair queue, due tasks in many groups or one (idle: no worker polls; probe: a new group's task during the drain)")
+	p("run\ttasks\tgroups\tidle serve\tidle pg\tidle redis\ttasks/s\tfirst start ms\tprobe p50\tprobe p99\tload1\t\n")
+	for _, s := range r.FairSpread {
+		if s.Error != "" {
+			p("%d\t%d\t%d\tfailed: %s\t\n", s.Run, s.Tasks, s.Groups, s.Error)
+			continue
+		}
+		p("%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups, s.IdleServeCores,
+			s.IdlePostgresCores, s.IdleRedisCores, s.Throughput, s.StartToFirstStartMs, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nFair queue with one group against a plain queue, E1's drain, one after the other")
+	p("run\tlayout\tfirst\tplain tasks/s\tfair tasks/s\tfair/plain\tload1\t\n")
+	for _, e := range r.FairE1 {
+		if e.Error != "" {
+			p("%d\t%s\tfailed: %s\t\n", e.Run, e.Layout, e.Error)
+			continue
+		}
+		p("%d\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t\n", e.Run, e.Layout, e.First, e.Plain.Throughput, e.Fair.Throughput, e.Ratio, e.Plain.LoadAvg[0])
+	}
+	return tw.Flush()
+}
