@@ -2,46 +2,17 @@ package api
 
 import (
 	"encoding/base64"
-	"math"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/taskforge/taskforge/client/wire"
-
+	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
 
 // The groups of a queue (fair queues, docs/flow-control.md): per-group overrides of
 // the queue's group defaults, and each group's counts.
-
-// viewGroup is g of queue q as the API shows it.
-func viewGroup(q storage.Queue, g storage.Group) wire.Group {
-	eff := wire.GroupLimits{Weight: 1, MaxConcurrency: q.GroupMaxConcurrency, RateLimit: q.GroupRateLimit, RateBurst: q.GroupRateBurst}
-	if w := g.Settings.Weight; w != nil {
-		eff.Weight = *w
-	}
-	if c := g.Settings.MaxConcurrency; c != nil {
-		eff.MaxConcurrency = c
-	}
-	if r := g.Settings.RateLimit; r != nil {
-		eff.RateLimit, eff.RateBurst = r, nil
-	}
-	if b := g.Settings.RateBurst; b != nil {
-		eff.RateBurst = b
-	}
-	switch {
-	case eff.RateLimit == nil:
-		eff.RateBurst = nil
-	case eff.RateBurst == nil:
-		burst := max(1, int(math.Ceil(*eff.RateLimit)))
-		eff.RateBurst = &burst
-	}
-	c := g.Counts
-	return wire.Group{Group: g.Name, GroupSettings: wire.GroupSettings(g.Settings), Effective: eff,
-		GroupCounts: wire.GroupCounts{Pending: c.Pending, Blocked: c.Blocked, Claimed: c.Claimed,
-			Executing: c.Executing, Retry: c.Retry, Dead: c.Dead}}
-}
 
 // groupParam is the :group of the path, or a 400.
 func groupParam(c *gin.Context) (string, error) {
@@ -88,7 +59,7 @@ func (s *Server) putGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewGroup(q, g))
+	c.JSON(http.StatusOK, view.Group(q, g))
 }
 
 func (s *Server) getGroup(c *gin.Context) {
@@ -108,7 +79,7 @@ func (s *Server) getGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, viewGroup(q, g))
+	c.JSON(http.StatusOK, view.Group(q, g))
 }
 
 func (s *Server) deleteGroup(c *gin.Context) {
@@ -162,7 +133,7 @@ func (s *Server) listGroups(c *gin.Context) {
 	}
 	out := wire.GroupPage{Groups: make([]wire.Group, len(groups))}
 	for i, g := range groups {
-		out.Groups[i] = viewGroup(q, g)
+		out.Groups[i] = view.Group(q, g)
 	}
 	if more {
 		next := base64.RawURLEncoding.EncodeToString([]byte(last))

@@ -166,12 +166,13 @@ var matrixCases = map[string]routeCase{
 		return request{path: "/tokens/" + id}
 	}},
 
-	"GET /admin":                      {pub, 301, get("/admin")},
-	"GET /admin/":                     {adminPage, 200, get("/admin/")},
-	"GET /admin/assets/*path":         {pub, 200, get("/admin/assets/app.css")},
-	"GET /admin/events":               {admin, 200, func(fixtures) request { return request{path: "/admin/events", stream: true} }},
-	"GET /admin/api/queues/:name/dlq": {adminQ, 200, get("/admin/api/queues/dq/dlq")},
-	"GET /admin/login":                {pub, 200, get("/admin/login")},
+	"GET /admin":                         {pub, 301, get("/admin")},
+	"GET /admin/":                        {adminPage, 200, get("/admin/")},
+	"GET /admin/assets/*path":            {pub, 200, get("/admin/assets/app.css")},
+	"GET /admin/events":                  {admin, 200, func(fixtures) request { return request{path: "/admin/events", stream: true} }},
+	"GET /admin/api/queues/:name/dlq":    {adminQ, 200, get("/admin/api/queues/dq/dlq")},
+	"GET /admin/api/queues/:name/groups": {adminQ, 200, get("/admin/api/queues/dq/groups")},
+	"GET /admin/login":                   {pub, 200, get("/admin/login")},
 	"POST /admin/session": {pub, 303, func(f fixtures) request {
 		return request{path: "/admin/session", body: url.Values{"token": {f.admin}}.Encode(), contentType: "application/x-www-form-urlencoded"}
 	}},

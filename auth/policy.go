@@ -113,9 +113,11 @@ var rules = map[string]Rule{
 	"GET /admin/assets/*path":         {Role: Public}, // the page's code and styles; no data
 	"GET /admin/events":               {Role: RoleAdmin},
 	"GET /admin/api/queues/:name/dlq": {Role: RoleAdmin, Queue: true},
-	"GET /admin/login":                {Role: Public},
-	"POST /admin/session":             {Role: Public}, // checks the token it is given
-	"POST /admin/logout":              {Role: Public},
+	// The dashboard's busiest-first group list; the API lists groups by name.
+	"GET /admin/api/queues/:name/groups": {Role: RoleAdmin, Queue: true},
+	"GET /admin/login":                   {Role: Public},
+	"POST /admin/session":                {Role: Public}, // checks the token it is given
+	"POST /admin/logout":                 {Role: Public},
 }
 
 // Audited returns the routes whose rule says Audit, as method → route pattern →

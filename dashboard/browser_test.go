@@ -40,6 +40,7 @@ func TestBrowser(t *testing.T) {
 		{"WorkflowGraphLiveAndCancel", testWorkflows, nil},
 		{"EditQueueSettings", testEditSettings, nil},
 		{"AuditLogListsOperatorActions", testAuditLog, nil},
+		{"GroupsBusiestFirstLive", testGroupsBusiestFirstLive, nil},
 		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
 		{"CancelFromInspector", testCancelFromInspector, nil},
 		{"UserStringsRenderInert", testUserStringsRenderInert, nil},

@@ -102,6 +102,7 @@ func Mount(e *gin.Engine, store *storage.Store, opts Options, log *slog.Logger) 
 	})
 	g.GET("/events", d.events)
 	g.GET("/api/queues/:name/dlq", d.listDead)
+	g.GET("/api/queues/:name/groups", d.listBusyGroups)
 	return d
 }
 

@@ -9,8 +9,9 @@ import { settings } from './views/settings.js';
 import { audit } from './views/audit.js';
 import { schedules } from './views/schedules.js';
 import { workflows } from './views/workflows.js';
+import { groups } from './views/groups.js';
 
-const views = { overview, tasks, dlq, workers, settings, schedules, workflows, audit };
+const views = { overview, tasks, dlq, workers, settings, groups, schedules, workflows, audit };
 const main = document.getElementById('main');
 let current = null; // {name, view}
 

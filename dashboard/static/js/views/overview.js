@@ -82,6 +82,8 @@ export function overview() {
     pause.addEventListener('click', () => togglePause(qs.name, pause));
     const settings = h('a', { class: 'btn btn-small btn-ghost', href: hashLink('settings', { queue: qs.name }), text: 'Settings' });
     settings.setAttribute('aria-label', 'Settings of ' + qs.name);
+    const groupsLink = h('a', { class: 'btn btn-small btn-ghost', href: hashLink('groups', { queue: qs.name }), text: 'Groups', hidden: true, dataset: { action: 'groups' } });
+    groupsLink.setAttribute('aria-label', 'Groups of ' + qs.name);
     const dlqLink = h('a', { href: hashLink('dlq', { queue: qs.name }) });
     const tr = h('tr', { dataset: { queue: qs.name } },
       h('th', { scope: 'row' }, name),
@@ -90,9 +92,9 @@ export function overview() {
       td('throughput', 'num'), td('errors', 'num'), td('oldest', 'num'),
       h('td', { class: 'num', dataset: { col: 'dlq' } }, dlqLink),
       td('limits', 'limits'),
-      h('td', null, h('div', { class: 'row-actions' }, pause, settings)));
+      h('td', null, h('div', { class: 'row-actions' }, pause, settings, groupsLink)));
     cells.dlq = dlqLink;
-    return { tr, cells, pause };
+    return { tr, cells, pause, groupsLink };
   }
 
   function fillRow(r, qs) {
@@ -122,6 +124,7 @@ export function overview() {
     r.pause.dataset.action = qs.paused ? 'resume' : 'pause';
     r.pause.setAttribute('aria-label', (qs.paused ? 'Resume ' : 'Pause ') + qs.name);
     r.tr.classList.toggle('is-paused', qs.paused);
+    r.groupsLink.hidden = !qs.fairness;
   }
 
   async function togglePause(name, button) {
