@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
 )
@@ -77,7 +78,7 @@ func (l *Lifecycle) CancelMany(ctx context.Context, queue string, sel CancelSele
 			l.tel.Transition(tr)
 		}
 		bg := context.WithoutCancel(ctx)
-		l.removeBuffered(bg, queue, buffered...)
+		l.removeCancelled(bg, queue, buffered...)
 		l.announceEnded(bg, ended...)
 		for _, t := range steps {
 			l.stepEffects(bg, t.ID, queue, t.WorkflowID, t.Step, t.Effects)
@@ -134,7 +135,28 @@ func (l *Lifecycle) stepsCancelled(ctx context.Context, changed []storage.Cancel
 		l.tel.Transition(tr)
 	}
 	for q, ids := range buffered {
-		l.removeBuffered(ctx, q, ids...)
+		l.removeCancelled(ctx, q, ids...)
 	}
 	l.announceEnded(ctx, ended...)
+}
+
+// removeCancelled drops cancelled tasks that were buffered from queue's buffer; for a
+// fair queue, from their groups' buffers, once it has read their groups (one read of
+// the ids, never of the queue). What it cannot drop stays until a claim skips it.
+func (l *Lifecycle) removeCancelled(ctx context.Context, queue string, ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	limits, ok, err := l.limits.Get(ctx, queue)
+	if err != nil || !ok || !limits.Fair {
+		l.removeBuffered(ctx, queue, ids...)
+		return
+	}
+	slots, err := l.store.GroupsOf(ctx, queue, ids)
+	if err == nil {
+		err = l.buf.RemoveGrouped(ctx, queue, slots, buffer.LevelWeightMs(limits.AgingMs))
+	}
+	if err != nil {
+		l.log.Warn("cancelled tasks left in a fair queue's buffer; claims drop them", "queue", queue, "tasks", len(ids), "err", err)
+	}
 }

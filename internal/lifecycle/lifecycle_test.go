@@ -258,3 +258,57 @@ func TestReclaimNackAndReplay(t *testing.T) {
 		t.Fatalf("Wake heard %v, want q twice (the retry, the replay)", due)
 	}
 }
+
+// TestBulkCancelDropsFairBufferedTasks: a bulk cancel on a fair queue drops the
+// cancelled tasks from their groups' buffers, by id and by status, so that no
+// buffered id of a cancelled task waits for a claim to skip it.
+func TestBulkCancelDropsFairBufferedTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rr := storage.FairnessRoundRobin
+	if _, err := b.store.CreateQueue(ctx, storage.Queue{Name: "f", MaxRetries: 3, Fairness: &rr}); err != nil {
+		t.Fatal(err)
+	}
+	groups := []*string{ptr("acme"), ptr("acme"), ptr("beta"), nil, ptr("gamma"), ptr("gamma")}
+	tasks := make([]storage.NewTask, len(groups))
+	ids := make([]uuid.UUID, len(groups))
+	for i, g := range groups {
+		ids[i] = uuid.Must(uuid.NewV7())
+		tasks[i] = storage.NewTask{ID: ids[i], Payload: json.RawMessage(`{}`), Priority: 5, Group: g}
+	}
+	if _, err := b.store.Enqueue(ctx, "f", tasks, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.disp.DispatchQueues(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	size := func() (int64, int64) {
+		t.Helper()
+		n, g, err := b.buf.FairSize(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, g
+	}
+	if n, g := size(); n != 6 || g != 4 {
+		t.Fatalf("buffered %d ids in %d groups, want 6 in 4", n, g)
+	}
+	// By id: beta's task and one of acme's.
+	if c, _, err := b.lc.CancelMany(ctx, "f", lifecycle.CancelSelection{IDs: []uuid.UUID{ids[1], ids[2]}}); err != nil || c != 2 {
+		t.Fatalf("cancel by id: %d, %v", c, err)
+	}
+	if n, g := size(); n != 4 || g != 3 {
+		t.Fatalf("after the cancel by id: %d ids in %d groups, want 4 in 3", n, g)
+	}
+	// By status: the rest, the unnamed group's included.
+	c, _, err := b.lc.CancelMany(ctx, "f", lifecycle.CancelSelection{Statuses: []string{storage.StatusPending, storage.StatusBuffered}})
+	if err != nil || c != 4 {
+		t.Fatalf("cancel by status: %d, %v", c, err)
+	}
+	if n, g := size(); n != 0 || g != 0 {
+		t.Fatalf("after the cancel by status: %d ids in %d groups, want none", n, g)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,11 @@
+-- name: groups_of_tasks
+-- groups_of_tasks returns the group of each of the tasks $2 of queue $1, live or
+-- finished (all_tasks), for the Redis follow-up of a bulk cancel on a fair queue:
+-- its buffered ids sit in their groups' buffers. One probe of a primary key per id;
+-- an id no table holds (deleted meanwhile) is left out.
+--
+-- Parameters:
+--   $1 text: the queue
+--   $2 uuid[]: the ids
+-- Returns: id, group_key (NULL: the queue's unnamed group).
+SELECT id, group_key FROM all_tasks WHERE queue = $1 AND id = ANY($2::uuid[])
