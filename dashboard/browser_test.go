@@ -378,6 +378,20 @@ func testEditSettings(t *testing.T, e *env) {
 	})
 	page.waitJS(`document.getElementById('settings-state').textContent === 'Saved values shown' &&
 		!document.getElementById('save-settings').disabled`, "the page to take the save's answer")
+	// Fairness and the groups' defaults: a select and numbers, sent as they are.
+	page.enter("#s-fairness", "round_robin")
+	page.enter("#s-group_max_concurrency", "3")
+	page.click("#save-settings")
+	testserver.Eventually(t, 5*time.Second, "the fairness", func() bool {
+		var q struct {
+			Fairness            *string `json:"fairness"`
+			GroupMaxConcurrency *int    `json:"group_max_concurrency"`
+		}
+		s.Must(http.StatusOK, "GET", "/queues/imports", nil).JSON(t, &q)
+		return q.Fairness != nil && *q.Fairness == "round_robin" && q.GroupMaxConcurrency != nil && *q.GroupMaxConcurrency == 3
+	})
+	page.waitJS(`document.getElementById('settings-state').textContent === 'Saved values shown' &&
+		!document.getElementById('save-settings').disabled`, "the page to take the save's answer")
 	page.enter("#s-max_retries", "500")
 	page.click("#save-settings")
 	page.waitJS(`document.querySelector('#settings-form .error-box')?.textContent.includes('max_retries must be an integer from 0 to 100')`, "the API's message")

@@ -1,12 +1,14 @@
 // Queue settings: rate limit, burst, concurrency, retries and backoff, retention,
-// and pause/resume, saved with PATCH /queues/:name.
+// fairness and each group's default limits, and pause/resume, saved with PATCH
+// /queues/:name.
 import { h, replace, setText, hashLink } from '../dom.js';
 import { api, q } from '../api.js';
 import { store, queueNames, findQueue } from '../live.js';
 import * as fmt from '../format.js';
 import { empty, toast, busy, field, queueSelect, fillQueueSelect, errorBox } from '../ui.js';
 
-// Each editable field: API name, label, hint, optional (empty = null), integer.
+// Each editable field: API name, label, hint, optional (empty = null), integer; a
+// field with choices is a select of [value, text] ('' = null).
 // A field of a nested object (retention) names its group and key, and shows the
 // value divided by scale (hours for milliseconds).
 const hourMs = 3600000;
@@ -20,6 +22,10 @@ const fields = [
   { name: 'backoff_max_ms', label: 'Backoff max (ms)', hint: 'Longest delay between retries.', int: true, min: '1' },
   { name: 'priority_aging_ms', label: 'Priority aging (ms)', hint: 'Waiting this long counts as one priority level. Empty: strict priority.', optional: true, int: true, min: '1', placeholder: 'strict' },
   { name: 'idempotency_window_ms', scale: hourMs, label: 'Idempotency window (hours)', hint: 'How long an idempotency key stays reserved after its task was created, even once the task is deleted (0 to 720).', step: 'any', min: '0', max: '720' },
+  { name: 'fairness', label: 'Fairness', hint: 'Round robin: the queue\'s groups (tenants) take weighted turns. One line: priority, then eligible time.', optional: true, choices: [['', 'one line'], ['round_robin', 'round robin by group']] },
+  { name: 'group_max_concurrency', label: 'Per group: max concurrency', hint: 'Each group\'s tasks executing at once (a group may set its own). Empty: unlimited.', optional: true, int: true, min: '1' },
+  { name: 'group_rate_limit', label: 'Per group: rate limit (tasks/s)', hint: 'Each group\'s token bucket rate. Empty: unlimited.', optional: true, step: 'any', min: '0' },
+  { name: 'group_rate_burst', label: 'Per group: burst', hint: 'Each group\'s bucket size. Empty: ceil(per-group rate).', optional: true, int: true, min: '1', placeholder: 'default' },
   { name: 'retention_done', group: 'retention', key: 'done_ms', scale: hourMs, label: 'Keep done (hours)', hint: retentionHint('done'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
   { name: 'retention_cancelled', group: 'retention', key: 'cancelled_ms', scale: hourMs, label: 'Keep cancelled (hours)', hint: retentionHint('cancelled'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
   { name: 'retention_dead', group: 'retention', key: 'dead_ms', scale: hourMs, label: 'Keep dead (hours)', hint: retentionHint('dead'), optional: true, step: 'any', min: '0.0167', placeholder: 'forever' },
@@ -46,6 +52,12 @@ export function settings() {
   const queue = queueSelect([], '', { id: 's-queue' });
   const inputs = {};
   const controls = fields.map((f) => {
+    if (f.choices) {
+      const select = h('select', { id: 's-' + f.name, name: f.name }, f.choices.map(([value, text]) => h('option', { value, text })));
+      select.addEventListener('change', () => { dirty = true; edits++; status(); });
+      inputs[f.name] = select;
+      return field(f.label, select, f.hint);
+    }
     const input = h('input', { id: 's-' + f.name, name: f.name, type: 'number', step: f.step || '1', min: f.min, max: f.max, inputmode: f.int ? 'numeric' : 'decimal' });
     if (f.optional) input.placeholder = f.placeholder || (f.name === 'rate_burst' ? 'default' : 'unlimited');
     else input.required = true;
@@ -106,6 +118,10 @@ export function settings() {
     for (const f of fields) {
       if (base[f.name] === undefined) continue;
       const raw = inputs[f.name].value.trim();
+      if (f.choices) {
+        out[f.name] = raw === '' ? null : raw;
+        continue;
+      }
       if (raw === '') {
         if (!f.optional) throw new Error(`${f.label} is required.`);
         out[f.name] = null;
