@@ -100,5 +100,16 @@ func testGroupsBusiestFirstLive(t *testing.T, e *env) {
 	s.Must(http.StatusCreated, "POST", "/queues/tenants/tasks/batch", map[string]any{"tasks": more})
 	page.waitJSFor(first+`?.dataset.group === 'beta' && `+first+`.querySelector('td[data-col="pending"]').textContent === '6'`, "beta first, live", 15*time.Second)
 	page.waitJS(`document.querySelectorAll('#group-list tbody tr').length === 57`, "every group still shown")
+
+	// The task inspector filters by group and shows a task's group.
+	var list struct {
+		Tasks []struct {
+			ID string `json:"id"`
+		} `json:"tasks"`
+	}
+	s.Must(http.StatusOK, "GET", "/queues/tenants/tasks?group=beta&limit=1", nil).JSON(t, &list)
+	page.do(navigateHash("#/tasks?queue=tenants&group=beta&task=" + list.Tasks[0].ID))
+	page.waitJS(`document.querySelectorAll('#task-list tbody tr').length === 6 && document.getElementById('f-group').value === 'beta'`, "beta's six tasks")
+	page.waitJS(`[...document.querySelectorAll('#task-detail dt')].some((dt) => dt.textContent === 'Group' && dt.nextElementSibling.textContent === 'beta')`, "the task's group")
 	page.checkClean()
 }

@@ -25,6 +25,7 @@ export function tasks() {
   const status = h('select', { id: 'f-status', name: 'status' },
     h('option', { value: '', text: 'any status' }), statuses.map((s) => h('option', { value: s, text: s })));
   const worker = h('input', { id: 'f-worker', name: 'worker', type: 'search', placeholder: 'worker id', autocomplete: 'off', spellcheck: 'false' });
+  const group = h('input', { id: 'f-group', name: 'group', type: 'search', placeholder: 'group (fair queues)', autocomplete: 'off', spellcheck: 'false' });
   const after = h('input', { id: 'f-after', name: 'after', type: 'datetime-local', step: '1' });
   const before = h('input', { id: 'f-before', name: 'before', type: 'datetime-local', step: '1' });
   const limit = h('select', { id: 'f-limit', name: 'limit' }, ['25', '50', '100', '200'].map((n) => h('option', { value: n, text: n })));
@@ -32,7 +33,7 @@ export function tasks() {
   const apply = h('button', { type: 'submit', class: 'btn btn-primary', text: 'Apply' });
   const reset = h('button', { type: 'button', class: 'btn btn-ghost', text: 'Reset' });
   const form = h('form', { class: 'filters', id: 'task-filters', role: 'search', 'aria-label': 'Filter tasks' },
-    field('Queue', queue), field('Status', status), field('Worker', worker),
+    field('Queue', queue), field('Status', status), field('Worker', worker), field('Group', group),
     field('Created after', after), field('Created before', before), field('Page size', limit),
     h('div', { class: 'filter-actions' }, apply, reset));
 
@@ -64,7 +65,7 @@ export function tasks() {
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     go(hashLink('tasks', {
-      queue: queue.value, status: status.value, worker: worker.value.trim(),
+      queue: queue.value, status: status.value, worker: worker.value.trim(), group: group.value.trim(),
       after: fmt.fromLocalInput(after.value), before: fmt.fromLocalInput(before.value),
       limit: limit.value === '50' ? '' : limit.value, task: params.task,
     }));
@@ -116,6 +117,7 @@ export function tasks() {
     const s = new URLSearchParams();
     if (params.status) s.set('status', params.status);
     if (params.worker) s.set('worker_id', params.worker);
+    if (params.group) s.set('group', params.group);
     if (params.after) s.set('created_after', params.after);
     if (params.before) s.set('created_before', params.before);
     s.set('limit', params.limit || '50');
@@ -246,6 +248,7 @@ export function tasks() {
     const kv = [
       ['Queue', h('a', { href: hashLink('tasks', { queue: t.queue }), text: t.queue })],
       ['Priority', String(t.priority)],
+      ['Group', t.group ? h('a', { class: 'mono', href: hashLink('tasks', { queue: t.queue, group: t.group }), text: t.group, title: 'Tasks of this group' }) : '—'],
       ['Attempts', `${t.attempts} of at most ${runsAllowed(t)}` + (t.releases ? ` (${t.releases} handed back by stopping workers, not counted)` : '')],
       ['Scheduled', timeCell(t.scheduled_at)],
       ['Created', timeCell(t.created_at)],
@@ -329,6 +332,7 @@ export function tasks() {
     fillQueueSelect(queue, queueNames(), params.queue || '');
     status.value = params.status || '';
     worker.value = params.worker || '';
+    group.value = params.group || '';
     after.value = fmt.toLocalInput(params.after);
     before.value = fmt.toLocalInput(params.before);
     limit.value = params.limit || '50';
