@@ -30,6 +30,12 @@ func SetClaimCommitHooks(s *Server, h CommitHooks) {
 	lifecycle.SetClaimCommitHooks(s.lc, lifecycle.CommitHooks(h))
 }
 
+// SetAckClaimCommitHooks installs h on s's group commit of polls' acks with their
+// claims.
+func SetAckClaimCommitHooks(s *Server, h CommitHooks) {
+	lifecycle.SetAckClaimCommitHooks(s.lc, lifecycle.CommitHooks(h))
+}
+
 // SetBulkBatch makes s's bulk operations change at most rows rows per transaction and
 // call after with the rows of each committed batch.
 func SetBulkBatch(s *Server, rows int, after func(rows int)) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskforge/taskforge/auth"
 	"github.com/taskforge/taskforge/client/wire"
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/view"
 	"github.com/taskforge/taskforge/storage"
 )
@@ -44,6 +45,9 @@ type pollSpec struct {
 	queues   []string
 	maxTasks int
 	prefetch bool
+	// acks are the poll's acks of the worker's finished tasks: the first queue
+	// claimed from commits them with its claim (lifecycle.ClaimAcking).
+	acks []storage.AckItem
 }
 
 func validWorkerID(id string) error {
@@ -117,17 +121,12 @@ func (s *Server) poll(c *gin.Context) {
 	}
 	s.recordWorker(c, req.WorkerID, req.Queues)
 
-	var acked []wire.AckResult
 	if len(acks) > 0 {
-		var err error
-		if acked, err = s.commitAcks(c, req.WorkerID, acks, false); err != nil { // a poll's acks carry no task
-			s.fail(c, err) // nothing was acked, nothing claimed
-			return
-		}
 		waitMs = 0 // the worker waits for these answers: do not hold them back
 	}
-	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetch: req.Prefetch}
+	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetch: req.Prefetch, acks: acks}
 	res, err := s.longPoll(c, spec, time.Duration(waitMs)*time.Millisecond)
+	acked := res.acked
 	if err != nil && len(res.tasks) == 0 {
 		if acked != nil {
 			// The acks are committed: say so. The worker's next poll meets the error.
@@ -169,6 +168,9 @@ type pollResult struct {
 	// retryAfter, when positive, is when a rate-limited queue that had work next
 	// holds a token.
 	retryAfter time.Duration
+	// acked are the outcomes of the poll's acks once they committed (nil: they
+	// did not, or there were none).
+	acked []wire.AckResult
 }
 
 // longPoll claims up to maxTasks tasks, waiting up to wait for the first to arrive.
@@ -186,8 +188,8 @@ func (s *Server) longPoll(ctx context.Context, p pollSpec, wait time.Duration) (
 	}
 	for {
 		res, err := s.claim(ctx, p)
-		if len(res.tasks) > 0 || err != nil || !time.Now().Before(deadline) {
-			return res, err
+		if len(res.tasks) > 0 || err != nil || !time.Now().Before(deadline) || len(p.acks) > 0 {
+			return res, err // a poll with acks does not wait (poll)
 		}
 		// Park first, then look again, so a wake-up between the two is not lost.
 		w := s.hub.park(parkOn)
@@ -246,6 +248,7 @@ func (s *Server) isDraining() bool {
 // queue that is paused, limited or empty never holds up the next one.
 func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 	var res pollResult
+	acks := p.acks // committed by the first claim, or alone at the end
 	for _, q := range p.queues {
 		if len(res.tasks) >= p.maxTasks {
 			break
@@ -257,14 +260,26 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		if !ok || (p.prefetch && (limits.MaxConcurrency > 0 || limits.GroupMaxConcurrency > 0)) {
 			continue // unknown queue, or a capped one a prefetch would hold a slot of
 		}
-		tasks, retryAfter, err := s.lc.Claim(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0)
+		tasks, acked, retryAfter, err := s.lc.ClaimAcking(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0, acks)
 		res.tasks = append(res.tasks, tasks...)
+		if len(acks) > 0 && acked != nil {
+			acks = nil
+			var aerr error
+			if res.acked, aerr = ackResults(p.acks, acked, false); aerr != nil {
+				return res, aerr
+			}
+		}
 		if err != nil {
-			return res, err
+			return res, err // with acks not committed, nothing was claimed either
 		}
 		if retryAfter > 0 && (res.retryAfter == 0 || retryAfter < res.retryAfter) {
 			res.retryAfter = retryAfter
 		}
+	}
+	if len(acks) > 0 { // no queue to claim from
+		var err error
+		res.acked, err = s.commitAcks(ctx, p.workerID, acks, false)
+		return res, err
 	}
 	return res, nil
 }
@@ -449,6 +464,12 @@ func (s *Server) commitAcks(ctx context.Context, workerID string, items []storag
 	if err != nil {
 		return nil, err
 	}
+	return ackResults(items, outcomes, withTasks)
+}
+
+// ackResults are the answers to items, given their outcomes (with the tasks when
+// withTasks), or the error of an outcome that failed other than by a lost lease.
+func ackResults(items []storage.AckItem, outcomes []lifecycle.AckOutcome, withTasks bool) ([]wire.AckResult, error) {
 	results := make([]wire.AckResult, len(outcomes))
 	for i, o := range outcomes {
 		results[i].TaskID = items[i].TaskID.String()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -880,5 +881,119 @@ func TestPollKeepsTasksWhenALaterQueueFails(t *testing.T) {
 	}
 	if !warned {
 		t.Fatalf("the failure of queue b was not logged:\n%s", logs.String())
+	}
+}
+
+// pollWithAcks polls queue q for up to max tasks, acking acked with the poll, and
+// returns the answer.
+func pollWithAcks(t *testing.T, s *testserver.Instance, q string, max int, acked ...testserver.Polled) (tasks []testserver.Polled, ackErrs []*string) {
+	t.Helper()
+	acks := make([]map[string]any, len(acked))
+	for i, p := range acked {
+		acks[i] = map[string]any{"task_id": p.ID, "lease_token": p.LeaseToken}
+	}
+	var out struct {
+		Tasks []testserver.Polled
+		Acks  []struct {
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+	}
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{q}, "max_tasks": max,
+		"acks": acks}).JSON(t, &out)
+	for _, a := range out.Acks {
+		var code *string
+		if a.Error != nil {
+			code = &a.Error.Code
+		}
+		ackErrs = append(ackErrs, code)
+	}
+	return out.Tasks, ackErrs
+}
+
+// TestPollAcksAndClaimsInOneCommit: a poll carrying acks that finds work commits
+// the acks and its claim in one transaction (the ack+claim group commit runs, the
+// ack and claim commits do not); when that transaction fails, neither the acks nor
+// the claim took effect, and the popped ids go back to the buffer.
+func TestPollAcksAndClaimsInOneCommit(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	for i := 0; i < 3; i++ {
+		s.Enqueue("q", map[string]any{"payload": i})
+	}
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 3
+	})
+	first := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(first) != 1 {
+		t.Fatalf("polled %d tasks, want 1", len(first))
+	}
+	var acks, claims, both, failBoth atomic.Int32
+	api.SetAckCommitHooks(s.Server.API, api.CommitHooks{Try: func(context.Context, int) { acks.Add(1) }})
+	api.SetClaimCommitHooks(s.Server.API, api.CommitHooks{Try: func(context.Context, int) { claims.Add(1) }})
+	api.SetAckClaimCommitHooks(s.Server.API, api.CommitHooks{Try: func(context.Context, int) {
+		both.Add(1)
+		if failBoth.Load() > 0 {
+			panic("injected by the test")
+		}
+	}})
+	second, errs := pollWithAcks(t, s, "q", 1, first[0])
+	if len(second) != 1 || len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("poll with an ack: %d tasks, ack errors %v", len(second), errs)
+	}
+	if a, c, b := acks.Load(), claims.Load(), both.Load(); a != 0 || c != 0 || b != 1 {
+		t.Fatalf("commits: %d ack, %d claim, %d ack+claim; want 0, 0, 1", a, c, b)
+	}
+	if st := s.Task("q", first[0].ID).Status; st != "done" {
+		t.Fatalf("acked task: %s", st)
+	}
+	if st := s.Task("q", second[0].ID).Status; st != "executing" {
+		t.Fatalf("claimed task: %s", st)
+	}
+
+	failBoth.Store(1)
+	r := s.Do("POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"q"}, "max_tasks": 1,
+		"acks": []map[string]any{{"task_id": second[0].ID, "lease_token": second[0].LeaseToken}}})
+	if r.Status != 500 {
+		t.Fatalf("poll whose ack+claim commit panicked: %d %s, want 500", r.Status, r.Body)
+	}
+	if st := s.Task("q", second[0].ID).Status; st != "executing" {
+		t.Fatalf("the failed poll acked its task: %s", st)
+	}
+	failBoth.Store(0)
+	third, errs := pollWithAcks(t, s, "q", 1, second[0])
+	if len(third) != 1 || len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("poll after the failure: %d tasks, ack errors %v; want the last task and the ack", len(third), errs)
+	}
+	if st := s.Task("q", second[0].ID).Status; st != "done" {
+		t.Fatalf("acked task after the retry: %s", st)
+	}
+}
+
+// TestPollAcksFreeTheirSlotsForTheClaim: on a queue with max_concurrency 1, a
+// poll acking the one executing task gets the next one: the acks commit first
+// when the cap holds the pop back, and the pop is tried again.
+func TestPollAcksFreeTheirSlotsForTheClaim(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("capped", map[string]any{"max_concurrency": 1})
+	for i := 0; i < 2; i++ {
+		s.Enqueue("capped", map[string]any{"payload": i})
+	}
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("capped")).Val() == 2
+	})
+	first := s.Poll("w", []string{"capped"}, 2, 5000)
+	if len(first) != 1 {
+		t.Fatalf("polled %d tasks under a cap of 1", len(first))
+	}
+	next, errs := pollWithAcks(t, s, "capped", 2, first[0])
+	if len(next) != 1 || len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("poll acking the executing task: %d tasks, ack errors %v; want the next task", len(next), errs)
+	}
+	if st := s.Task("capped", first[0].ID).Status; st != "done" {
+		t.Fatalf("acked task: %s", st)
 	}
 }

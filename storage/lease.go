@@ -53,24 +53,18 @@ type ClaimItem struct {
 // the item's worker, with a lease of the given length. It returns the claimed tasks
 // by id (ClaimedBy says for which worker); an id asked for twice is claimed once.
 func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Duration) (map[uuid.UUID]Task, error) {
+	rows, err := s.hot.Query(ctx, claimTasks, claimArgs(items, lease, s.now())...)
+	return byID(rows, err, s.collectTasks, "claim", len(items))
+}
+
+// claimArgs are the parameters of claim_tasks for items.
+func claimArgs(items []ClaimItem, lease time.Duration, now *time.Time) []any {
 	ids := make([]uuid.UUID, len(items))
 	workers := make([]string, len(items))
 	for i, it := range items {
 		ids[i], workers[i] = it.TaskID, it.WorkerID
 	}
-	rows, err := s.hot.Query(ctx, claimTasks, ids, workers, ms(lease), s.now())
-	if err != nil {
-		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
-	}
-	claimed, err := s.collectTasks(rows)
-	if err != nil {
-		return nil, fmt.Errorf("claim %d tasks: %w", len(items), err)
-	}
-	out := make(map[uuid.UUID]Task, len(claimed))
-	for _, t := range claimed {
-		out[t.ID] = t
-	}
-	return out, nil
+	return []any{ids, workers, ms(lease), now}
 }
 
 // Heartbeat extends the lease workerID holds on a task, never past the attempt's
@@ -182,6 +176,16 @@ func PlainLeaseToken(token uuid.UUID) bool { return token.Version() == 8 }
 // collect.
 func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem,
 	collect func(pgx.Rows) ([]Task, error)) (map[uuid.UUID]Task, error) {
+	args, err := s.ackArgs(items)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, stmt, args...)
+	return byID(rows, err, collect, "ack", len(items))
+}
+
+// ackArgs are the parameters of the ack statements for items, results sealed.
+func (s *Store) ackArgs(items []AckItem) ([]any, error) {
 	ids := make([]uuid.UUID, len(items))
 	tokens := make([]uuid.UUID, len(items))
 	workers := make([]string, len(items))
@@ -197,19 +201,57 @@ func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem
 			results[i] = &r
 		}
 	}
-	rows, err := q.Query(ctx, stmt, ids, tokens, workers, results, s.now())
+	return []any{ids, tokens, workers, results, s.now()}, nil
+}
+
+// byID reads the tasks of rows (the answer of a statement run over n items, what
+// names it in errors) with collect, by id.
+func byID(rows pgx.Rows, err error, collect func(pgx.Rows) ([]Task, error), what string, n int) (map[uuid.UUID]Task, error) {
 	if err != nil {
-		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+		return nil, fmt.Errorf("%s %d tasks: %w", what, n, err)
 	}
-	acked, err := collect(rows)
+	tasks, err := collect(rows)
 	if err != nil {
-		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
+		return nil, fmt.Errorf("%s %d tasks: %w", what, n, err)
 	}
-	out := make(map[uuid.UUID]Task, len(acked))
-	for _, t := range acked {
+	out := make(map[uuid.UUID]Task, len(tasks))
+	for _, t := range tasks {
 		out[t.ID] = t
 	}
 	return out, nil
+}
+
+// AckAndClaim commits acks, as AckMany with refs does, and claims, as ClaimMany
+// does, in one transaction (one round trip, one commit): a poll that carries the
+// acks of its worker's finished tasks and finds new work pays one commit, not two
+// in series. Every ack must hold a PlainLeaseToken. Either both take effect or
+// neither does.
+func (s *Store) AckAndClaim(ctx context.Context, acks []AckItem, claims []ClaimItem, lease time.Duration) (acked, claimed map[uuid.UUID]Task, err error) {
+	if slices.ContainsFunc(acks, func(it AckItem) bool { return !PlainLeaseToken(it.LeaseToken) }) {
+		return nil, nil, fmt.Errorf("ack and claim: a workflow step's ack must go through AckMany")
+	}
+	ackArgs, err := s.ackArgs(acks)
+	if err != nil {
+		return nil, nil, err
+	}
+	var b pgx.Batch
+	b.Queue(ackPlainTaskRefs, ackArgs...)
+	b.Queue(claimTasks, claimArgs(claims, lease, s.now())...)
+	// A batch without transaction statements runs in one implicit transaction.
+	br := s.hot.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query()
+	if acked, err = byID(rows, err, scanAckRefs, "ack", len(acks)); err != nil {
+		return nil, nil, err
+	}
+	rows, err = br.Query()
+	if claimed, err = byID(rows, err, s.collectTasks, "claim", len(claims)); err != nil {
+		return nil, nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("ack %d and claim %d tasks: %w", len(acks), len(claims), err)
+	}
+	return acked, claimed, nil
 }
 
 // Nack records that the current attempt failed. The task retries after the queue's

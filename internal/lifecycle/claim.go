@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,17 +25,44 @@ import (
 // are claimed or given back even if ctx ends. A fair queue (limits.Fair) pops by
 // group, in weighted turns within its group caps and buckets (buffer.FairPop).
 func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration) ([]storage.Task, time.Duration, error) {
-	var out []storage.Task
+	out, _, retry, err := l.ClaimAcking(ctx, workerID, queue, limits, want, lease, nil)
+	return out, retry, err
+}
+
+// ClaimAcking is Claim for a poll that carries acks of workerID's finished tasks
+// (lease 0): when the buffer holds work, the
+// acks commit in the claim's transaction (one commit, not two in series);
+// otherwise they commit alone (AckMany without tasks), and a pop a concurrency cap
+// held back is tried again, since the acks freed their slots. acked holds one
+// outcome per ack once they committed, also when err reports a later failure, and
+// is nil when they did not (err then says why).
+func (l *Lifecycle) ClaimAcking(ctx context.Context, workerID, queue string, limits ratelimit.Limits, want int, lease time.Duration,
+	acks []storage.AckItem) (out []storage.Task, acked []AckOutcome, retryAfter time.Duration, err error) {
+	if len(acks) > 0 && lease != 0 {
+		return nil, nil, 0, fmt.Errorf("claim with acks: a poll's claim takes the default lease")
+	}
+	// ackAlone commits the acks by themselves, when no claim can carry them.
+	ackAlone := func() error {
+		acked, err = l.AckMany(ctx, workerID, acks, false)
+		acks = nil
+		return err
+	}
+	if slices.ContainsFunc(acks, func(it storage.AckItem) bool { return !storage.PlainLeaseToken(it.LeaseToken) }) {
+		// A workflow step's ack runs its cascade in another statement: first, alone.
+		if err := ackAlone(); err != nil {
+			return nil, nil, 0, err
+		}
+	}
 	synced := false
 	for len(out) < want {
 		popped, err := l.pop(ctx, queue, want-len(out), limits)
 		if err != nil {
-			return out, 0, fmt.Errorf("pop from queue %s: %w", queue, err)
+			return out, acked, 0, fmt.Errorf("pop from queue %s: %w", queue, err)
 		}
 		if popped.NeedSync && !synced {
 			// Redis lost the queue's concurrency slots: rebuild them, then pop again.
 			if err := l.syncSlots(ctx, queue, limits); err != nil {
-				return out, 0, fmt.Errorf("rebuild concurrency slots of queue %s: %w", queue, err)
+				return out, acked, 0, fmt.Errorf("rebuild concurrency slots of queue %s: %w", queue, err)
 			}
 			synced = true
 			continue
@@ -45,6 +73,14 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 		if len(popped.Entries) > 0 && popped.Remaining < l.cfg.LowWater && l.wake != nil {
 			l.wake.WakeLow(queue)
 		}
+		if len(popped.Entries) == 0 && len(acks) > 0 {
+			if err := ackAlone(); err != nil {
+				return out, nil, 0, err
+			}
+			if popped.AtCap {
+				continue // the acks freed slots
+			}
+		}
 		if len(popped.Entries) == 0 {
 			switch {
 			case popped.Paused:
@@ -54,7 +90,7 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 			case popped.RetryAfter > 0:
 				l.tel.LimitedPoll(queue, "rate")
 			}
-			return out, popped.RetryAfter, nil
+			return out, acked, popped.RetryAfter, nil
 		}
 		ids := make([]uuid.UUID, len(popped.Entries))
 		for i, e := range popped.Entries {
@@ -65,9 +101,19 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 		bg := context.WithoutCancel(ctx)
 		start := time.Now()
 		var claimed []storage.Task
-		won, err := l.claims.do(bg, claimRequest{ids: ids, workerID: workerID, lease: lease})
-		if err == nil {
-			claimed = won[0]
+		req := claimRequest{ids: ids, workerID: workerID, lease: lease}
+		if len(acks) > 0 {
+			var won []ackClaimOutcome
+			won, err = l.ackClaims.do(bg, ackClaimRequest{acks: acks, claim: req})
+			if err == nil {
+				acks, acked, claimed = nil, l.acked(ctx, workerID, won[0].acks), won[0].claims
+			}
+		} else {
+			var won [][]storage.Task
+			won, err = l.claims.do(bg, req)
+			if err == nil {
+				claimed = won[0]
+			}
 		}
 		l.tel.ObserveClaim(time.Since(start))
 		if err == nil && len(claimed) > 0 {
@@ -81,7 +127,7 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 				l.log.Warn("popped ids not returned to buffer; repair will re-add them", "queue", queue, "err", perr)
 			}
 			l.releasePopped(bg, queue, limits, popped.Entries)
-			return out, 0, fmt.Errorf("claim tasks of queue %s: %w", queue, err)
+			return out, acked, 0, fmt.Errorf("claim tasks of queue %s: %w", queue, err)
 		}
 		if len(claimed) < len(ids) {
 			// The rest were stale (cancelled, or taken by another replica): dropped, and
@@ -95,10 +141,17 @@ func (l *Lifecycle) Claim(ctx context.Context, workerID, queue string, limits ra
 		}
 		out = append(out, claimed...)
 		if popped.RetryAfter > 0 {
-			return out, popped.RetryAfter, nil
+			retryAfter = popped.RetryAfter
+			break
 		}
 	}
-	return out, 0, nil
+	if len(acks) > 0 {
+		// want was 0 (or every pop gave only stale ids): nothing carried the acks.
+		if err := ackAlone(); err != nil {
+			return out, nil, 0, err
+		}
+	}
+	return out, acked, retryAfter, nil
 }
 
 // ClaimPush is Claim for a push queue's in-process worker (package push): it reads

@@ -50,6 +50,11 @@ func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storag
 	if err != nil {
 		return nil, fmt.Errorf("ack %d tasks: %w", len(items), err)
 	}
+	return l.acked(ctx, workerID, outcomes), nil
+}
+
+// acked runs the follow-ups of committed acks (finished) and returns their outcomes.
+func (l *Lifecycle) acked(ctx context.Context, workerID string, outcomes []ackOutcome) []AckOutcome {
 	crashpoint.Hit(crashpoint.AfterAckCommit)
 	out := make([]AckOutcome, len(outcomes))
 	for i, o := range outcomes {
@@ -58,7 +63,7 @@ func (l *Lifecycle) AckMany(ctx context.Context, workerID string, items []storag
 			l.finished(ctx, o.task, workerID, "")
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Nack ends an executing attempt as failed: the task retries (after n.RetryAfterMs,

@@ -289,20 +289,25 @@ func newAckCommit(store *storage.Store, refs bool, limit int, timeout time.Durat
 		if err != nil {
 			return nil, err
 		}
-		out := make([]ackOutcome, len(items))
-		for i, it := range items {
-			t, ok := acked[it.TaskID]
-			if ok && t.LeaseToken != nil && *t.LeaseToken == it.LeaseToken {
-				// Only the first of duplicate acks in one batch wins, as if they
-				// had been committed one after the other.
-				delete(acked, it.TaskID)
-				out[i].task = t
-				continue
-			}
-			out[i].err = fmt.Errorf("ack task %s: %w", it.TaskID, storage.ErrLeaseLost)
-		}
-		return out, nil
+		return ackOutcomes(items, acked), nil
 	})
+}
+
+// ackOutcomes are the outcomes of items, in order, given the tasks their
+// statement acked. Only the first of duplicate acks in one batch wins, as if they
+// had been committed one after the other.
+func ackOutcomes(items []storage.AckItem, acked map[uuid.UUID]storage.Task) []ackOutcome {
+	out := make([]ackOutcome, len(items))
+	for i, it := range items {
+		t, ok := acked[it.TaskID]
+		if ok && t.LeaseToken != nil && *t.LeaseToken == it.LeaseToken {
+			delete(acked, it.TaskID)
+			out[i].task = t
+			continue
+		}
+		out[i].err = fmt.Errorf("ack task %s: %w", it.TaskID, storage.ErrLeaseLost)
+	}
+	return out
 }
 
 // claimRequest is one poll's claim: popped ids for one worker, with a lease of
@@ -336,15 +341,64 @@ func newClaimCommit(store *storage.Store, lease time.Duration, limit int, timeou
 			}
 			maps.Copy(claimed, won)
 		}
-		out := make([][]storage.Task, len(reqs))
-		for i, r := range reqs {
-			for _, id := range r.ids {
-				// An id popped twice (a stale duplicate) goes to one request only.
-				if t, ok := claimed[id]; ok && t.ClaimedBy != nil && *t.ClaimedBy == r.workerID {
-					out[i] = append(out[i], t)
-					delete(claimed, id)
-				}
+		return claimOutcomes(reqs, claimed), nil
+	})
+}
+
+// claimOutcomes are the tasks each of reqs won, in the order of its ids, given
+// the tasks their statement claimed. An id popped twice (a stale duplicate) goes
+// to one request only.
+func claimOutcomes(reqs []claimRequest, claimed map[uuid.UUID]storage.Task) [][]storage.Task {
+	out := make([][]storage.Task, len(reqs))
+	for i, r := range reqs {
+		for _, id := range r.ids {
+			if t, ok := claimed[id]; ok && t.ClaimedBy != nil && *t.ClaimedBy == r.workerID {
+				out[i] = append(out[i], t)
+				delete(claimed, id)
 			}
+		}
+	}
+	return out
+}
+
+// ackClaimRequest is one poll's acks and claim, committed together.
+type ackClaimRequest struct {
+	acks  []storage.AckItem // every token a storage.PlainLeaseToken
+	claim claimRequest      // lease 0: the default
+}
+
+// ackClaimOutcome is an ackClaimRequest's outcome: one per ack, and the tasks won.
+type ackClaimOutcome struct {
+	acks   []ackOutcome
+	claims []storage.Task
+}
+
+// newAckClaimCommit group-commits the acks and claims of concurrent polls that
+// carry acks (up to 100 polls per transaction), each batch in one transaction
+// (storage.Store.AckAndClaim): such a poll waits for one commit instead of the
+// ack's and then the claim's.
+func newAckClaimCommit(store *storage.Store, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+	log *slog.Logger) *groupCommit[ackClaimRequest, ackClaimOutcome] {
+	return newGroupCommit("ack+claim", 100, limit, timeout, tel, log, func(ctx context.Context, reqs []ackClaimRequest) ([]ackClaimOutcome, error) {
+		var acks []storage.AckItem
+		var claims []storage.ClaimItem
+		claimReqs := make([]claimRequest, len(reqs))
+		for i, r := range reqs {
+			acks = append(acks, r.acks...)
+			for _, id := range r.claim.ids {
+				claims = append(claims, storage.ClaimItem{TaskID: id, WorkerID: r.claim.workerID})
+			}
+			claimReqs[i] = r.claim
+		}
+		acked, claimed, err := store.AckAndClaim(ctx, acks, claims, lease)
+		if err != nil {
+			return nil, err
+		}
+		ackOuts, won := ackOutcomes(acks, acked), claimOutcomes(claimReqs, claimed)
+		out := make([]ackClaimOutcome, len(reqs))
+		for i, r := range reqs {
+			out[i] = ackClaimOutcome{acks: ackOuts[:len(r.acks):len(r.acks)], claims: won[i]}
+			ackOuts = ackOuts[len(r.acks):]
 		}
 		return out, nil
 	})

@@ -31,6 +31,12 @@ func SetClaimCommitHooks(l *Lifecycle, h CommitHooks) {
 	l.claims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
 }
 
+// SetAckClaimCommitHooks installs h on l's group commit of polls' acks with their
+// claims (ClaimAcking).
+func SetAckClaimCommitHooks(l *Lifecycle, h CommitHooks) {
+	l.ackClaims.hooks.Store(&commitHooks{queued: h.Queued, try: h.Try})
+}
+
 // SetAfterClaim makes l call f with the claim's context after each claim commits,
 // before Claim returns.
 func SetAfterClaim(l *Lifecycle, f func(context.Context)) { l.afterClaim = f }

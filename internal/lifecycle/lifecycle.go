@@ -80,7 +80,9 @@ type Lifecycle struct {
 	acks    *groupCommit[storage.AckItem, ackOutcome]
 	ackRefs *groupCommit[storage.AckItem, ackOutcome]
 	claims  *groupCommit[claimRequest, []storage.Task]
-	ended   *endHub
+	// ackClaims commits the acks a poll carries with its claim (ClaimAcking).
+	ackClaims *groupCommit[ackClaimRequest, ackClaimOutcome]
+	ended     *endHub
 	// announcer publishes ended tasks to the other replicas (announce.go).
 	announcer *announcer
 	// sizes are the buffer sizes this replica saw lately (enqueue.go).
@@ -101,6 +103,7 @@ func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *
 	l.acks = newAckCommit(store, false, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.ackRefs = newAckCommit(store, true, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.claims = newClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
+	l.ackClaims = newAckClaimCommit(store, cfg.LeaseTimeout, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	return l
 }
 
