@@ -328,7 +328,7 @@ func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, 
 	r.slots = newSlots(w.cfg, r.execute, func(j *job) {
 		r.held.Done()
 		r.event(EventReported, j.ID, nil)
-	}, r.stopped)
+	}, r.ackAlone, r.stopped)
 	r.beats = newHeartbeater(r)
 	return r
 }

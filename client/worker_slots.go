@@ -18,6 +18,9 @@ type slots struct {
 	execute func(*job)
 	// forget is called once per job the keeper drops, after dropping it.
 	forget func(*job)
+	// ackAlone sends acks by themselves (the reporter's sender); the keeper calls
+	// it for acks it held for a poll that did not come within pollAckHold.
+	ackAlone func([]*job)
 
 	claimed  chan []*job
 	returned chan returnEvent
@@ -63,9 +66,15 @@ type heldJob struct {
 	unstarted bool
 }
 
-func newSlots(cfg WorkerConfig, execute func(*job), forget func(*job), quit <-chan struct{}) *slots {
+// pollAckHold bounds how long an ack waits for the next poll while the poll in
+// flight has not returned: several polls' round trips on a loaded server when the
+// queue has work (10 ms let a quarter of the acks of a test under -race go
+// alone), and short beside a lease, or the 30 s a poll may wait, when it has none.
+const pollAckHold = 50 * time.Millisecond
+
+func newSlots(cfg WorkerConfig, execute func(*job), forget func(*job), ackAlone func([]*job), quit <-chan struct{}) *slots {
 	return &slots{concurrency: cfg.Concurrency, prefetch: cfg.Prefetch, prefetchBelow: cfg.PrefetchBelow,
-		execute: execute, forget: forget,
+		execute: execute, forget: forget, ackAlone: ackAlone,
 		claimed: make(chan []*job), returned: make(chan returnEvent), dropped: make(chan *job),
 		plans: make(chan chan pollPlan), holding: make(chan chan []*job), gone: make(chan chan []*job),
 		stopping: make(chan chan []heldJob), freed: make(chan struct{}, 1), quit: quit}
@@ -78,11 +87,15 @@ type slotState struct {
 	running   int               // active jobs whose handler was started and has not returned
 	reporting int               // active jobs whose handler returned (their report is on its way)
 	stopping  bool              // shutdown is handing tasks back: start no more
-	// A handler returning while the poller is idle leaves its ack to the poll its
-	// freed slot sets off (pollAcks), saving a request per task.
+	// A handler returning leaves its ack to the next poll (pollAcks), saving a
+	// request per task and, on the server, a commit: the poll commits its acks
+	// with its claim. The poll its freed slot sets off, when the poller is idle;
+	// otherwise the one after the poll in flight, and when that one has not taken
+	// them within pollAckHold (it is waiting for work), they go alone (holdUntil).
 	pollerIdle bool
 	pollerGone bool // the poll loop has ended: acks go alone
 	pollAcks   []*job
+	holdUntil  *time.Timer   // running while pollAcks wait for a poll in flight
 	avgRun     time.Duration // moving average of handler durations; 0 until one returned
 }
 
@@ -90,7 +103,16 @@ type slotState struct {
 func (s *slots) run() {
 	st := &slotState{active: map[*job]jobState{}}
 	for {
+		var held <-chan time.Time
+		if st.holdUntil != nil {
+			held = st.holdUntil.C
+		}
 		select {
+		case <-held:
+			st.holdUntil = nil
+			acks := st.pollAcks
+			st.pollAcks = nil
+			s.ackAlone(acks)
 		case jobs := <-s.claimed:
 			for _, j := range jobs {
 				st.active[j] = jobWaiting
@@ -110,6 +132,7 @@ func (s *slots) run() {
 			p.want, p.prefetch = s.pollSize(st)
 			st.pollerIdle = p.want <= 0
 			p.acks, st.pollAcks = st.pollAcks, nil
+			st.stopHold()
 			reply <- p
 		case reply := <-s.holding:
 			var jobs []*job
@@ -123,6 +146,7 @@ func (s *slots) run() {
 			st.pollerGone = true
 			acks := st.pollAcks
 			st.pollAcks = nil
+			st.stopHold()
 			reply <- acks
 		case reply := <-s.stopping:
 			st.stopping = true
@@ -166,12 +190,23 @@ func (s *slots) handlerReturned(st *slotState, ev returnEvent) (handed bool) {
 		st.active[ev.job] = jobReporting
 		st.running--
 		st.reporting++
-		if ev.ackByPoll && st.pollerIdle && !st.pollerGone && len(st.pollAcks) < maxPollTasks {
+		if ev.ackByPoll && !st.pollerGone && len(st.pollAcks) < maxPollTasks {
 			st.pollAcks = append(st.pollAcks, ev.job)
 			handed = true
+			if !st.pollerIdle && st.holdUntil == nil {
+				st.holdUntil = time.NewTimer(pollAckHold)
+			}
 		}
 	}
 	return handed
+}
+
+// stopHold stops the wait of held acks (they left with a poll, or will go alone).
+func (st *slotState) stopHold() {
+	if st.holdUntil != nil {
+		st.holdUntil.Stop()
+		st.holdUntil = nil
+	}
 }
 
 // drop forgets j, releasing its slot.

@@ -3,6 +3,7 @@ package clienttest_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -47,10 +48,47 @@ func TestWorkerBatchesAcksOfTasksFinishingTogether(t *testing.T) {
 		st, err := c.Stats(ctx, "q")
 		return err == nil && st.Depth["done"] == 300
 	})
-	single, batched := requests(t, s, "/workers/ack"), requests(t, s, "/workers/ack/batch")
-	t.Logf("300 acks took %d single and %d batch requests", single, batched)
-	if batched == 0 || single+batched >= 300 {
-		t.Fatalf("300 acks took %d single and %d batch requests: no batching", single, batched)
+	single, batched, polls := requests(t, s, "/workers/ack"), requests(t, s, "/workers/ack/batch"), requests(t, s, "/workers/poll")
+	t.Logf("300 acks took %d single and %d batch requests, beside %d polls", single, batched, polls)
+	// Each ack rides on a poll or goes in a batch: far fewer requests than tasks.
+	if single+batched+polls >= 300 {
+		t.Fatalf("300 tasks took %d single acks, %d ack batches and %d polls: no batching", single, batched, polls)
+	}
+}
+
+// TestWorkerAcksRideOnTheNextPoll: with work waiting, a handler that returns while
+// the poll is out leaves its ack to the next poll, which commits it with its claim:
+// most acks go with polls, and the last tasks end long before a poll waiting for
+// more work (up to 30 s) returns.
+func TestWorkerAcksRideOnTheNextPoll(t *testing.T) {
+	t.Parallel()
+	s, c := setup(t, nil)
+	ctx := context.Background()
+	if _, err := c.CreateQueue(ctx, "q", client.QueueSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	tasks := make([]client.NewTask, n)
+	for i := range tasks {
+		tasks[i] = client.NewTask{Payload: i}
+	}
+	if _, err := c.EnqueueBatch(ctx, "q", tasks); err != nil {
+		t.Fatal(err)
+	}
+	cfg := workerConfig("next-poll", 4)
+	cfg.PollWait = 30 * time.Second
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(context.Context, *client.Job) error { return nil })
+	start(t, w)
+	// 20 s: well under the 30 s a held ack would wait for the last poll.
+	testserver.Eventually(t, 20*time.Second, "all done", func() bool {
+		st, err := c.Stats(ctx, "q")
+		return err == nil && st.Depth["done"] == n
+	})
+	polls, alone := requests(t, s, "/workers/poll"), requests(t, s, "/workers/ack")+requests(t, s, "/workers/ack/batch")
+	t.Logf("%d tasks took %d polls and %d ack requests", n, polls, alone)
+	if alone > n/4 {
+		t.Fatalf("%d tasks took %d ack requests beside %d polls: want most acks on polls", n, alone, polls)
 	}
 }
 
@@ -152,5 +190,53 @@ func TestMinimalBatchCalls(t *testing.T) {
 	}
 	if got, err := c.GetTask(ctx, "q", res.Tasks[0].ID); err != nil || got.Status != client.StatusDone {
 		t.Fatalf("acked task: %v %v", got, err)
+	}
+}
+
+// pollCounter counts the polls a client has sent (not answered).
+type pollCounter struct {
+	next http.RoundTripper
+	sent atomic.Int32
+}
+
+func (p *pollCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/workers/poll" {
+		p.sent.Add(1)
+	}
+	return p.next.RoundTrip(r)
+}
+
+// TestWorkerHeldAckDoesNotWaitForALongPoll: a handler returning while the poll out
+// waits for work (30 s: the queue is empty) holds its ack for that poll only
+// briefly; the ack then goes alone, and the task ends long before the poll returns.
+func TestWorkerHeldAckDoesNotWaitForALongPoll(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	polls := &pollCounter{next: http.DefaultTransport}
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{Transport: polls}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.CreateQueue(ctx, "q", client.QueueSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Enqueue(ctx, "q", client.NewTask{Payload: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := workerConfig("held", 2) // a free slot keeps a second poll out
+	cfg.PollWait = 30 * time.Second
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(context.Context, *client.Job) error {
+		// Return only once the poll after the one that brought this task is out.
+		testserver.Eventually(t, 10*time.Second, "a second poll out", func() bool { return polls.sent.Load() >= 2 })
+		return nil
+	})
+	start(t, w)
+	// 20 s: well under the 30 s the held ack would wait for that poll.
+	waitTask(t, c, "q", task.ID, 20*time.Second, "the task done", func(tk *client.Task) bool { return tk.Status == client.StatusDone })
+	if alone := requests(t, s, "/workers/ack") + requests(t, s, "/workers/ack/batch"); alone != 1 {
+		t.Fatalf("%d ack requests, want the held ack sent alone once", alone)
 	}
 }
