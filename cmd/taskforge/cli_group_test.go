@@ -25,6 +25,12 @@ func TestCLIGroups(t *testing.T) {
 	if *g.Weight != 3 || g.Pending != 1 {
 		t.Fatalf("get: %+v", g)
 	}
+	e.json(&task, "task", "enqueue", "q", "--payload", "2", "--group", "beta")
+	var page struct{ Tasks []client.Task }
+	e.json(&page, "task", "list", "q", "--group", "beta")
+	if len(page.Tasks) != 1 || page.Tasks[0].ID != task.ID {
+		t.Fatalf("task list --group beta: %+v", page.Tasks)
+	}
 	r = e.want(0, "group", "list", "q", "--active")
 	contains(t, "list output", r.stdout, "GROUP", "acme")
 	e.want(0, "group", "delete", "q", "acme")

@@ -386,6 +386,7 @@ func taskListCommand(o *cliOptions) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.Status, "status", "", "only tasks in this status (pending, claimed, executing, retry, done, dead, cancelled)")
 	fs.StringVar(&f.WorkerID, "worker", "", "only tasks claimed by this worker id")
+	fs.StringVar(&f.Group, "group", "", "only tasks of this group of a fair queue")
 	fs.StringVar(&after, "created-after", "", "only tasks created at or after this RFC 3339 time")
 	fs.StringVar(&before, "created-before", "", "only tasks created before this RFC 3339 time")
 	fs.IntVar(&f.Limit, "limit", 100, "tasks per page (1..500)")
