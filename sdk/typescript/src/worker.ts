@@ -72,6 +72,12 @@ const MAX_ERROR_BYTES = 60 << 10;
 const MAX_POLL_ACK_RESULT = 16 << 10;
 /** Each report (ack, nack, release) try is bounded by this, in ms. */
 const REPORT_TIMEOUT_MS = 10_000;
+/**
+ * How long an ack waits for the next poll while a poll that may wait for work is
+ * out, in ms: several polls' round trips when the queue has work, short beside a
+ * lease (or the 30 s a poll may wait) when it has none. Then it goes alone.
+ */
+const POLL_ACK_HOLD_MS = 50;
 
 /**
  * A task as its handler receives it. `payload` is the parsed JSON payload.
@@ -274,6 +280,9 @@ class Run {
   #pollerIdle = false;
   /** A poll carrying acks is out: it answers without waiting, so the next poll follows at once. */
   #ackPollOut = false;
+  /** A poll is out: an ack waits for the next one, up to POLL_ACK_HOLD_MS (#holdTimer) unless #ackPollOut. */
+  #pollOut = false;
+  #holdTimer: ReturnType<typeof setTimeout> | undefined;
   #pollerGone = false;
   #pollAcks: Held[] = [];
   /** Moving average of handler durations (ms); 0 until one returned. */
@@ -305,6 +314,7 @@ class Run {
       }
       const sent = Date.now();
       this.#ackPollOut = acks.length > 0;
+      this.#pollOut = true;
       const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
       let res: PollResult | undefined;
       let date: number | undefined;
@@ -321,6 +331,7 @@ class Run {
       } finally {
         t.dispose();
         this.#ackPollOut = false;
+        this.#pollOut = false;
       }
       const recv = Date.now();
       this.#settlePollAcks(acks, res);
@@ -368,6 +379,7 @@ class Run {
       }
     }
     this.#pollerIdle = want <= 0;
+    this.#stopHold();
     const acks = this.#pollAcks;
     this.#pollAcks = [];
     return { want, prefetch, acks };
@@ -412,9 +424,15 @@ class Run {
 
   /** Sends the acks left to the next poll alone: no poll follows at once. */
   #flushPollAcks(): void {
+    this.#stopHold();
     const left = this.#pollAcks;
     this.#pollAcks = [];
     this.#ackAlone(left);
+  }
+
+  #stopHold(): void {
+    if (this.#holdTimer !== undefined) clearTimeout(this.#holdTimer);
+    this.#holdTimer = undefined;
   }
 
   #ackAlone(jobs: Held[]): void {
@@ -520,9 +538,13 @@ class Run {
     if (this.#active.has(j) && j.state === "running") {
       j.state = "reporting";
       this.#running--;
-      if (ackByPoll && (this.#pollerIdle || this.#ackPollOut) && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
+      if (ackByPoll && (this.#pollerIdle || this.#pollOut) && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
         this.#pollAcks.push(j);
         handed = true;
+        if (this.#pollOut && !this.#ackPollOut && this.#holdTimer === undefined) {
+          // The poll out may wait for work: do not hold the ack behind it for long.
+          this.#holdTimer = setTimeout(() => this.#flushPollAcks(), POLL_ACK_HOLD_MS);
+        }
       }
     }
     this.#startWaiting();
