@@ -175,6 +175,44 @@ def test_short_tasks_prefetch_and_ack_on_polls(
     assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
 
 
+def test_held_ack_does_not_wait_behind_a_long_poll(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ack held for the next poll goes alone when the poll out waits for work."""
+    calls = {"polls": 0, "alone": 0}
+    orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch_minimal, taskforge.Client.poll
+
+    def ack(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["alone"] += 1
+        return orig_ack(self, *a, **k)
+
+    def ack_batch(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["alone"] += 1
+        return orig_batch(self, *a, **k)
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        calls["polls"] += 1
+        return orig_poll(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "ack", ack)
+    monkeypatch.setattr(taskforge.Client, "ack_batch_minimal", ack_batch)
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    t = client.enqueue(queue, 1)
+
+    def handler(job: taskforge.Job) -> Any:
+        # Return once the poll after the one that brought this task is out (two
+        # slots: with one taken, a second poll goes out and waits up to 30 s).
+        deadline = time.monotonic() + 10
+        while calls["polls"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return None
+
+    start_worker(queue, handler, concurrency=2, poll_wait=30.0)
+    # 20 s: well under the 30 s the held ack would wait for that poll.
+    assert client.wait_task(queue, t.id, timeout=20).status == "done"
+    assert calls["alone"] == 1, calls
+
+
 def test_bad_queue_name_ends_run(url: str) -> None:
     w = taskforge.Worker(url, poll_wait=0.5)
     w.handle("not a valid name!", lambda job: None)

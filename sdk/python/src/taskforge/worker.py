@@ -78,6 +78,10 @@ _LEASE_MARGIN = 0.25  # how long past its estimated expiry a lease is still assu
 _MAX_ERROR_TEXT = 60 << 10  # keeps a nack's error under the server's 64 KiB
 _MAX_POLL_ACK_RESULT = 16 << 10  # larger results go alone, not on a poll
 _REPORT_TIMEOUT = 10.0
+# How long an ack waits for the next poll while a poll that may wait for work is out:
+# several polls' round trips when the queue has work, short beside a lease (or the
+# 30 s a poll may wait) when it has none. Then it goes alone.
+_POLL_ACK_HOLD = 0.05
 _DEFAULT_HEARTBEAT_INTERVAL = 10.0  # until a task advertises its own
 _MAX_HEARTBEAT_BATCH = 1000
 
@@ -348,6 +352,12 @@ class _Runner:
         self.poll_stop = False
         self.poller_idle = False
         self.poller_gone = False
+        # A handler's ack waits for the next poll (poll_acks): the one its freed
+        # slot sets off when the poller is idle, else the one after the poll out
+        # (poll_out), for at most _POLL_ACK_HOLD (hold_timer): the poll out may be
+        # waiting for work. Serve commits a poll's acks with its claim.
+        self.poll_out = False
+        self.hold_timer: threading.Timer | None = None
         self.poll_acks: list[Job] = []
         self.avg_run = 0.0
 
@@ -396,6 +406,8 @@ class _Runner:
                         break
                     want, prefetch = self.poll_size_locked()
                     self.poller_idle = want <= 0
+                    self.poll_out = want > 0
+                    self.stop_hold_locked()
                     acks, self.poll_acks = self.poll_acks, []
                     if want <= 0 and not acks:
                         self.cond.wait()
@@ -405,9 +417,13 @@ class _Runner:
                     continue
                 sent = time.monotonic()
                 try:
-                    res = self.pc.poll(self.id, self.queues, max_tasks=min(want, _MAX_POLL_TASKS),
-                                       wait_ms=int(self.w.poll_wait * 1000), prefetch=prefetch,
-                                       acks=[self.ack_item(j) for j in acks] or None)
+                    try:
+                        res = self.pc.poll(self.id, self.queues, max_tasks=min(want, _MAX_POLL_TASKS),
+                                           wait_ms=int(self.w.poll_wait * 1000), prefetch=prefetch,
+                                           acks=[self.ack_item(j) for j in acks] or None)
+                    finally:
+                        with self.cond:
+                            self.poll_out = False
                 except APIError as e:
                     self.settle_poll_acks(acks, None)
                     if self.poll_stop:
@@ -442,8 +458,21 @@ class _Runner:
         finally:
             with self.cond:
                 self.poller_gone = True
+                self.stop_hold_locked()
                 acks, self.poll_acks = self.poll_acks, []
             self.ack_alone(acks)
+
+    def stop_hold_locked(self) -> None:
+        if self.hold_timer is not None:
+            self.hold_timer.cancel()
+            self.hold_timer = None
+
+    def flush_held(self) -> None:
+        """Sends the acks held for a poll that did not come within _POLL_ACK_HOLD alone."""
+        with self.cond:
+            self.hold_timer = None
+            acks, self.poll_acks = self.poll_acks, []
+        self.ack_alone(acks)
 
     def sleep_unless_stopping(self, d: float) -> None:
         with self.cond:
@@ -579,9 +608,14 @@ class _Runner:
                 j.state = _REPORTING
                 self.running -= 1
                 self.reporting += 1
-                if ack_by_poll and self.poller_idle and not self.poller_gone and len(self.poll_acks) < _MAX_POLL_TASKS:
+                if (ack_by_poll and (self.poller_idle or self.poll_out) and not self.poller_gone
+                        and len(self.poll_acks) < _MAX_POLL_TASKS):
                     self.poll_acks.append(j)
                     handed = True
+                    if self.poll_out and self.hold_timer is None:
+                        self.hold_timer = threading.Timer(_POLL_ACK_HOLD, self.flush_held)
+                        self.hold_timer.daemon = True
+                        self.hold_timer.start()
             started = self.start_waiting_locked()
             self.cond.notify_all()
         self.launch(started)
