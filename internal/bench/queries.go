@@ -1,12 +1,13 @@
 package bench
 
 // Every SQL statement the harness runs. It only reads TaskForge's tables (every
-// change goes through the HTTP API), except for the scale experiment's bulk loads
+// change goes through the HTTP API); what may read a finished task or attempt reads
+// the views of live and history rows together (all_tasks, all_attempts), except for the scale experiment's bulk loads
 // below (harness-only SQL: no TaskForge code runs it); task ids are passed as
 // text[] and cast.
 
 // countTerminal counts a queue's tasks that reached a final state.
-const countTerminal = `SELECT count(*) FROM tasks WHERE queue = $1 AND status IN ('done', 'dead', 'cancelled')`
+const countTerminal = `SELECT count(*) FROM all_tasks WHERE queue = $1 AND status IN ('done', 'dead', 'cancelled')`
 
 // countTerminalTally is countTerminal read from the tally TaskForge keeps of every
 // queue's tasks by status (its totals, plus the deltas not folded into them yet):
@@ -24,7 +25,7 @@ const countTerminalTally = `SELECT coalesce(sum(c.n), 0)::bigint FROM (
 ) c`
 
 // countQueueTasks counts a queue's tasks, whatever their status.
-const countQueueTasks = `SELECT count(*) FROM tasks WHERE queue = $1`
+const countQueueTasks = `SELECT count(*) FROM all_tasks WHERE queue = $1`
 
 // countExecuting counts a queue's tasks that a worker holds.
 const countExecuting = `SELECT count(*) FROM tasks WHERE queue = $1 AND status = 'executing'`
@@ -34,16 +35,16 @@ const registeredWorkers = `SELECT count(*) FROM workers WHERE id = ANY($1::text[
 
 // drainWindow bounds the given tasks' attempts and counts those that ended done.
 const drainWindow = `SELECT
-	(SELECT count(*) FROM tasks WHERE id = ANY($1::text[]::uuid[]) AND status = 'done'),
+	(SELECT count(*) FROM all_tasks WHERE id = ANY($1::text[]::uuid[]) AND status = 'done'),
 	min(a.started_at), max(a.finished_at)
-FROM attempts a WHERE a.task_id = ANY($1::text[]::uuid[])`
+FROM all_attempts a WHERE a.task_id = ANY($1::text[]::uuid[])`
 
 // receiptLatencies: per task, enqueue → first attempt's start and → its finish, in ms.
 const receiptLatencies = `SELECT
 	extract(epoch FROM a.started_at - t.created_at)::float8 * 1000,
 	coalesce(extract(epoch FROM a.finished_at - t.created_at)::float8 * 1000, 'NaN'),
 	t.status = 'done'
-FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = 1
+FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id AND a.attempt = 1
 WHERE t.id = ANY($1::text[]::uuid[])`
 
 // taskHistories: per task, its status and its attempts' statuses in order, with the
@@ -53,7 +54,7 @@ const taskHistories = `SELECT t.id::text, t.status,
 	coalesce(extract(epoch FROM
 		max(a.started_at) FILTER (WHERE a.attempt = 2) - max(a.finished_at) FILTER (WHERE a.attempt = 1)
 	)::float8 * 1000, 'NaN')
-FROM tasks t LEFT JOIN attempts a ON a.task_id = t.id
+FROM all_tasks t LEFT JOIN all_attempts a ON a.task_id = t.id
 WHERE t.id = ANY($1::text[]::uuid[])
 GROUP BY t.id, t.status`
 
@@ -69,9 +70,9 @@ const dbNow = `SELECT clock_timestamp()`
 const recoveryTimes = `SELECT t.id::text, t.status,
 	a1.status, a1.finished_at,
 	coalesce(a2.status, ''), a2.started_at
-FROM tasks t
-JOIN attempts a1 ON a1.task_id = t.id AND a1.attempt = 1
-LEFT JOIN attempts a2 ON a2.task_id = t.id AND a2.attempt = 2
+FROM all_tasks t
+JOIN all_attempts a1 ON a1.task_id = t.id AND a1.attempt = 1
+LEFT JOIN all_attempts a2 ON a2.task_id = t.id AND a2.attempt = 2
 WHERE t.id = ANY($1::text[]::uuid[])`
 
 // settingValues are the values of the settings named in $1, as SHOW gives them.
@@ -121,7 +122,7 @@ FROM generate_series($2::bigint, $3::bigint) AS g,
 	LATERAL (SELECT $4::timestamptz - ($5::bigint - g) * interval '1 microsecond' AS ts) AS t`
 
 // scaleCountTasks counts the tasks of the step's database.
-const scaleCountTasks = `SELECT count(*) FROM tasks`
+const scaleCountTasks = `SELECT count(*) FROM all_tasks`
 
 // The fair experiment's statements (the bulk loads are harness-only SQL, as the
 // scale experiment's).
@@ -138,24 +139,24 @@ FROM generate_series($2::bigint, $3::bigint) AS g,
 	LATERAL (SELECT $4::timestamptz - ($5::bigint - g) * interval '1 microsecond' AS ts) AS t`
 
 // fairStartedOf counts the given tasks that have started an attempt.
-const fairStartedOf = `SELECT count(DISTINCT task_id) FROM attempts WHERE task_id = ANY($1::text[]::uuid[])`
+const fairStartedOf = `SELECT count(DISTINCT task_id) FROM all_attempts WHERE task_id = ANY($1::text[]::uuid[])`
 
 // fairLastStart is the latest first start of the given tasks.
-const fairLastStart = `SELECT max(started_at) FROM attempts WHERE task_id = ANY($1::text[]::uuid[]) AND attempt = 1`
+const fairLastStart = `SELECT max(started_at) FROM all_attempts WHERE task_id = ANY($1::text[]::uuid[]) AND attempt = 1`
 
 // fairHandouts counts queue $1's attempts started in ($2, $3].
-const fairHandouts = `SELECT count(*) FROM attempts WHERE queue = $1 AND started_at > $2 AND started_at <= $3`
+const fairHandouts = `SELECT count(*) FROM all_attempts WHERE queue = $1 AND started_at > $2 AND started_at <= $3`
 
 // fairBigTurns: per group of the given tasks ($1), the attempts of queue $2's group
 // $3 started between the group's enqueue and its last first start.
 const fairBigTurns = `WITH g AS (
 	SELECT t.group_key, min(t.created_at) AS stored, max(a.started_at) AS last
-	FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = 1
+	FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id AND a.attempt = 1
 	WHERE t.id = ANY($1::text[]::uuid[])
 	GROUP BY t.group_key)
-SELECT (SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id
+SELECT (SELECT count(*) FROM all_attempts a JOIN all_tasks t ON t.id = a.task_id
 	WHERE a.queue = $2 AND t.group_key = $3 AND a.started_at > g.stored AND a.started_at <= g.last)::float8
 FROM g`
 
 // fairDrainWindow bounds queue $1's succeeded attempts and counts them.
-const fairDrainWindow = `SELECT count(*), min(started_at), max(finished_at) FROM attempts WHERE queue = $1 AND status = 'succeeded'`
+const fairDrainWindow = `SELECT count(*), min(started_at), max(finished_at) FROM all_attempts WHERE queue = $1 AND status = 'succeeded'`
