@@ -65,7 +65,7 @@ func newFairRig(t *testing.T, q storage.Queue, n, target int) *fairRig {
 	for range n {
 		buf := buffer.New(rdb, r.prefix).WithClock(c.Now)
 		wakes := dispatcher.NewWakes()
-		lc := lifecycle.New(store, buf, wakes, lifecycle.Config{}, quiet)
+		lc := lifecycle.New(store, buf, wakes, lifecycle.Config{BufferTarget: target}, quiet)
 		d := dispatcher.New(store, buf, lc, wakes, dispatcher.Config{BufferTarget: target, GroupWindow: target,
 			RepairAfter: time.Millisecond}, quiet)
 		r.replicas = append(r.replicas, replica{lc: lc, d: d})
@@ -497,5 +497,52 @@ func TestFairnessChangeMovesBufferedTasks(t *testing.T) {
 	take(10)
 	if len(claimed) != 20 {
 		t.Fatalf("%d of 20 tasks claimed", len(claimed))
+	}
+}
+
+// TestFairEnqueueBuffersAnIdleGroupAtOnce: in a fair queue whose group A holds a
+// due backlog the dispatcher has not moved yet, an enqueue of group B's tasks puts
+// them in the buffer itself, and the next poll gets B's task with no dispatch in
+// between (§11: a small group's task waits one turn, not a dispatcher pass). A
+// group that already holds buffered or due pending tasks goes through the
+// dispatcher as before, and so does A's.
+func TestFairEnqueueBuffersAnIdleGroupAtOnce(t *testing.T) {
+	t.Parallel()
+	r := newFairRig(t, storage.Queue{}, 1, 100)
+	ctx := context.Background()
+	lc := r.replicas[0].lc
+	enqueue := func(group *string, n int) []storage.Enqueued {
+		t.Helper()
+		tasks := make([]storage.NewTask, n)
+		for i := range tasks {
+			tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`1`), Priority: 5, Group: group}
+		}
+		out, err := lc.Enqueue(ctx, "fq", tasks, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	statuses := func(out []storage.Enqueued) []string {
+		s := make([]string, len(out))
+		for i, e := range out {
+			s[i] = e.Task.Status
+		}
+		return s
+	}
+	a, b := ptr("a"), ptr("b")
+	r.enqueue(a, 5, 500) // A's backlog: pending, not dispatched
+	if got := statuses(enqueue(b, 2)); !slices.Equal(got, []string{storage.StatusBuffered, storage.StatusBuffered}) {
+		t.Fatalf("B's first tasks beside A's backlog: %v, want both buffered at once", got)
+	}
+	if got := statuses(enqueue(b, 1)); !slices.Equal(got, []string{storage.StatusPending}) {
+		t.Fatalf("B's task with B's first ones still buffered: %v, want pending", got)
+	}
+	if got := statuses(enqueue(a, 1)); !slices.Equal(got, []string{storage.StatusPending}) {
+		t.Fatalf("A's task behind A's due backlog: %v, want pending", got)
+	}
+	got, _ := r.claim(0, 1)
+	if len(got) != 1 || groupNameOf(got[0].Group) != "b" {
+		t.Fatalf("poll with no dispatch yet got %v, want one of B's tasks", groupsOf(got))
 	}
 }

@@ -87,24 +87,44 @@ func (l *Lifecycle) bufferDirectly(ctx context.Context, queue string, tasks []st
 	if err != nil || !ok || limits.Paused {
 		return limits, false
 	}
+	if limits.Fair {
+		return limits, l.groupsEmpty(ctx, queue, tasks)
+	}
 	size, ok := l.sizes.get(queue)
 	if !ok {
-		if limits.Fair {
-			ids, _, err := l.buf.FairSize(ctx, queue)
-			if err != nil {
-				return limits, false
-			}
-			size = int(ids)
-		} else {
-			sizes, err := l.buf.Sizes(ctx, []string{queue})
-			if err != nil {
-				return limits, false
-			}
-			size = int(sizes[queue])
+		sizes, err := l.buf.Sizes(ctx, []string{queue})
+		if err != nil {
+			return limits, false
 		}
+		size = int(sizes[queue])
 		l.sizes.saw(queue, size)
 	}
 	return limits, size+len(tasks) <= l.cfg.BufferTarget
+}
+
+// groupsEmpty says whether every group of tasks holds nothing in fair queue's
+// buffer: a fair queue's enqueue buffers a group's tasks itself only then (and
+// PostgreSQL only when the group holds no due pending task either), whatever
+// other groups hold, so that another group's backlog never holds a group's first
+// tasks back for a dispatcher pass, and a group's buffer grows by at most one
+// batch this way (the dispatcher tops it up after that).
+func (l *Lifecycle) groupsEmpty(ctx context.Context, queue string, tasks []storage.NewTask) bool {
+	var groups []string
+	for _, t := range tasks {
+		if g := groupOf(t.Group); !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	sizes, err := l.buf.GroupSizes(ctx, queue, groups)
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if sizes[g] > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // sizeFresh is how long a buffer size this replica read (or changed) stands in for

@@ -40,6 +40,7 @@ type Broker interface {
 	SyncGroupSlots(ctx context.Context, db buffer.GroupExecutingLister, queue string) error
 	SetGroup(ctx context.Context, queue, group string, s buffer.GroupSettings) error
 	FairSize(ctx context.Context, queue string) (ids, groups int64, err error)
+	GroupSizes(ctx context.Context, queue string, groups []string) (map[string]int64, error)
 	DropFair(ctx context.Context, queue string) error
 }
 

@@ -6,7 +6,8 @@
 --     DeleteQueue waits for the enqueue to finish (and then sees its tasks). No queue,
 --     no row in q, and nothing is inserted.
 --   - When $13 asks, q also says whether tasks due now may go straight to the buffer:
---     the queue is not paused and holds no due task the dispatcher has yet to move
+--     the queue is not paused and holds no due task the dispatcher has yet to move (in
+--     a fair queue, input asks that of each task's own group instead)
 --     (one probe of tasks_dispatch_idx per priority level), so none jumps ahead of
 --     older work. The ORDER BY is the index's own order, and keeps the probe on it:
 --     without it, once ANALYZE has seen other queues' backlogs, the planner takes
@@ -43,7 +44,7 @@
 --   $14 text[]: the group_key of each row (NULL: the unnamed group)
 -- Returns: every column of the task row (as get_task).
 WITH q AS MATERIALIZED (
-	SELECT max_retries, $13::bool AND NOT paused AND NOT EXISTS (
+	SELECT max_retries, fairness IS NOT NULL AS fair, $13::bool AND NOT paused AND (fairness IS NOT NULL OR NOT EXISTS (
 		SELECT 1 FROM generate_series(1, 10) AS level(priority)
 		CROSS JOIN LATERAL (
 			SELECT 1 FROM tasks
@@ -52,13 +53,41 @@ WITH q AS MATERIALIZED (
 			ORDER BY scheduled_at
 			LIMIT 1
 		) due
-	) AS buffered
+	)) AS buffered
 	FROM queues WHERE name = $1 FOR KEY SHARE
-), input AS (
+), unnested AS (
 	SELECT * FROM unnest($3::uuid[], $4::text[], $5::int[], $6::timestamptz[], $7::int[], $8::int[],
 		$9::text[], $10::bytea[], $14::text[])
 		WITH ORDINALITY AS i(id, payload, priority, scheduled_at, max_retries, timeout_seconds,
 			idempotency_key, fingerprint, group_key, ord)
+), input AS (
+	-- direct: the row goes straight to the buffer. In a fair queue, when its own
+	-- group holds no due task the dispatcher has yet to move (one probe of
+	-- tasks_group_dispatch_idx per priority level): another group's backlog must not
+	-- hold a group's first task back for a dispatcher pass. Two probes, so that
+	-- each keeps to the index (a named group's, and the unnamed group's).
+	SELECT i.*, q.buffered AND i.scheduled_at IS NULL AND (NOT q.fair OR NOT EXISTS (
+		SELECT 1 FROM generate_series(1, 10) AS level(priority)
+		CROSS JOIN LATERAL (
+			SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND group_key = i.group_key AND scheduled_at <= now()
+			ORDER BY group_key, scheduled_at
+			LIMIT 1
+		) due
+		WHERE i.group_key IS NOT NULL
+		UNION ALL
+		SELECT 1 FROM generate_series(1, 10) AS level(priority)
+		CROSS JOIN LATERAL (
+			SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND group_key IS NULL AND scheduled_at <= now()
+			ORDER BY group_key, scheduled_at
+			LIMIT 1
+		) due
+		WHERE i.group_key IS NULL
+	)) AS direct
+	FROM unnested i CROSS JOIN q
 ), keyed AS (
 	INSERT INTO idempotency_keys (queue, key, task_id, fingerprint)
 	SELECT $1, i.idempotency_key, i.id, i.fingerprint FROM input i CROSS JOIN q
@@ -71,10 +100,10 @@ WITH q AS MATERIALIZED (
 		max_retries, timeout_seconds, idempotency_key, fingerprint, traceparent, schedule, dispatched_at,
 		group_key)
 	SELECT i.id, $1, i.payload::jsonb, i.priority,
-		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN 'claimed' ELSE 'pending' END,
+		CASE WHEN i.direct THEN 'claimed' ELSE 'pending' END,
 		coalesce(i.scheduled_at, now()),
 		coalesce(i.max_retries, q.max_retries), i.timeout_seconds, i.idempotency_key, i.fingerprint, $11, $12,
-		CASE WHEN q.buffered AND i.scheduled_at IS NULL THEN now() END, i.group_key
+		CASE WHEN i.direct THEN now() END, i.group_key
 	FROM input i CROSS JOIN q
 	WHERE i.idempotency_key IS NULL OR i.id IN (SELECT task_id FROM keyed)
 	ORDER BY i.ord
