@@ -43,7 +43,7 @@ func fill(t *testing.T, s *testserver.Instance, queue string, n int, extra map[s
 func statusCounts(t *testing.T, dbURL, queue string) map[string]int {
 	t.Helper()
 	conn := dbConn(t, dbURL)
-	rows, err := conn.Query(context.Background(), `SELECT status, count(*) FROM tasks WHERE queue = $1 GROUP BY status`, queue)
+	rows, err := conn.Query(context.Background(), `SELECT status, count(*) FROM all_tasks WHERE queue = $1 GROUP BY status`, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestBulkDiscardDead(t *testing.T) {
 		t.Fatalf("statuses after discarding all: %v", got)
 	}
 	var attempts int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE task_id = $1`, b.ID).Scan(&attempts); err != nil || attempts != 0 {
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM all_attempts WHERE task_id = $1`, b.ID).Scan(&attempts); err != nil || attempts != 0 {
 		t.Fatalf("attempts of a discarded task: %d (%v)", attempts, err)
 	}
 	var stats struct {

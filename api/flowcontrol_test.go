@@ -144,7 +144,7 @@ func TestPauseStopsDispatchAndResumeRestartsIt(t *testing.T) {
 	}
 	var lastStart time.Time
 	var started, done int
-	if err := conn.QueryRow(ctx, `SELECT max(started_at), count(*) FROM attempts`).Scan(&lastStart, &started); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT max(started_at), count(*) FROM all_attempts`).Scan(&lastStart, &started); err != nil {
 		t.Fatal(err)
 	}
 	if lastStart.After(pausedAt.Add(time.Second)) {
@@ -157,7 +157,7 @@ func TestPauseStopsDispatchAndResumeRestartsIt(t *testing.T) {
 
 	s.Must(200, "POST", "/queues/q/resume", nil)
 	d.waitAcked(t, 400, "all done after resume")
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'done'`).Scan(&done); err != nil || done != 400 {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM all_tasks WHERE status = 'done'`).Scan(&done); err != nil || done != 400 {
 		t.Fatalf("%d of 400 tasks done after 400 acks (%v)", done, err)
 	}
 	cancel()
@@ -205,10 +205,10 @@ func agingRun(t *testing.T, settings map[string]any) (p10Created, p10Start time.
 	cancel()
 	d.wg.Wait()
 	ctx = context.Background()
-	if err := conn.QueryRow(ctx, `SELECT t.created_at, a.started_at FROM tasks t JOIN attempts a ON a.task_id = t.id WHERE t.id = $1`, low.ID).Scan(&p10Created, &p10Start); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT t.created_at, a.started_at FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id WHERE t.id = $1`, low.ID).Scan(&p10Created, &p10Start); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, `SELECT t.created_at, a.started_at FROM tasks t JOIN attempts a ON a.task_id = t.id WHERE t.priority = 1`)
+	rows, err := conn.Query(ctx, `SELECT t.created_at, a.started_at FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id WHERE t.priority = 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 			case <-d.claims.C():
 			}
 			var n int
-			if err := sampler.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'executing'`).Scan(&n); err == nil {
+			if err := sampler.QueryRow(ctx, `SELECT count(*) FROM all_tasks WHERE status = 'executing'`).Scan(&n); err == nil {
 				mu.Lock()
 				peak[phase] = max(peak[phase], n)
 				mu.Unlock()
@@ -328,10 +328,10 @@ func TestConcurrencyCapAcrossReplicasHealsAfterFlushAndCrash(t *testing.T) {
 	setPhase("healed")
 	testserver.Eventually(t, 90*time.Second, "all done", func() bool {
 		var done int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'done'`).Scan(&done)
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM all_tasks WHERE status = 'done'`).Scan(&done)
 		if done != 300 {
 			var byStatus string
-			_ = conn.QueryRow(ctx, `SELECT string_agg(status || '=' || n, ' ') FROM (SELECT status, count(*) n FROM tasks GROUP BY status) s`).Scan(&byStatus)
+			_ = conn.QueryRow(ctx, `SELECT string_agg(status || '=' || n, ' ') FROM (SELECT status, count(*) n FROM all_tasks GROUP BY status) s`).Scan(&byStatus)
 			slots := a.Redis.ZCard(ctx, a.Server.Buffer.RunningKey("q")).Val()
 			buffered := a.Redis.ZCard(ctx, a.Server.Buffer.Key("q")).Val()
 			t.Logf("tasks %s; slots %d; buffered %d", byStatus, slots, buffered)

@@ -183,7 +183,7 @@ func (h *harness) resume(ctx context.Context, w wfSpec, l *wfLedger) {
 		err := h.dbRetry(10*time.Second, func(ctx context.Context) error {
 			return h.db.QueryRow(ctx, `SELECT w.status, t.id::text, t.status FROM workflows w
 				JOIN workflow_steps ws ON ws.workflow_id = w.id AND ws.step = $2
-				JOIN tasks t ON t.id = ws.task_id
+				JOIN all_tasks t ON t.id = ws.task_id
 				WHERE w.idempotency_key = $1`, w.Key, w.Dies).Scan(&status, &dead, &taskStatus)
 		})
 		if err == nil && status == "failed" && taskStatus == "dead" {

@@ -140,8 +140,8 @@ func TestBulkOperationsLeaveOtherQueuesAlone(t *testing.T) {
 		t.Errorf("dlq_depth of dead after the discard: %d", st.DLQDepth)
 	}
 	var left, attempts int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM tasks WHERE queue = 'dead'),
-		(SELECT count(*) FROM attempts WHERE queue = 'dead')`).Scan(&left, &attempts); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM all_tasks WHERE queue = 'dead'),
+		(SELECT count(*) FROM all_attempts WHERE queue = 'dead')`).Scan(&left, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if left != 0 || attempts != 0 {

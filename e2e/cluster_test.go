@@ -136,9 +136,9 @@ func TestRedisCluster(t *testing.T) {
 	defer conn.Close(context.Background())
 	var peak int
 	if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(n), 0) FROM (
-		SELECT (SELECT count(*) FROM attempts b WHERE b.queue = 'capped'
+		SELECT (SELECT count(*) FROM all_attempts b WHERE b.queue = 'capped'
 			AND b.started_at <= a.started_at AND b.finished_at > a.started_at) AS n
-		FROM attempts a WHERE a.queue = 'capped') s`).Scan(&peak); err != nil {
+		FROM all_attempts a WHERE a.queue = 'capped') s`).Scan(&peak); err != nil {
 		t.Fatal(err)
 	}
 	if peak > 2 || peak < 1 {

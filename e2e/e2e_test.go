@@ -51,14 +51,14 @@ func verifyAllDoneOnce(t *testing.T, dbURL, queue string, want int) {
 		query string
 		want  int
 	}{
-		{"tasks", `SELECT count(*) FROM tasks WHERE queue = $1`, want},
-		{"tasks not done", `SELECT count(*) FROM tasks WHERE queue = $1 AND status <> 'done'`, 0},
-		{"tasks without exactly one succeeded attempt", `SELECT count(*) FROM tasks t WHERE queue = $1 AND
-			(SELECT count(*) FROM attempts a WHERE a.task_id = t.id AND a.status = 'succeeded') <> 1`, 0},
-		{"tasks with gaps in attempt numbers", `SELECT count(*) FROM tasks t WHERE queue = $1 AND
-			(SELECT max(attempt) - count(*) FROM attempts a WHERE a.task_id = t.id) <> 0`, 0},
-		{"attempts still executing", `SELECT count(*) FROM attempts WHERE queue = $1 AND status = 'executing'`, 0},
-		{"overlapping attempts", `SELECT count(*) FROM attempts a JOIN attempts b
+		{"tasks", `SELECT count(*) FROM all_tasks WHERE queue = $1`, want},
+		{"tasks not done", `SELECT count(*) FROM all_tasks WHERE queue = $1 AND status <> 'done'`, 0},
+		{"tasks without exactly one succeeded attempt", `SELECT count(*) FROM all_tasks t WHERE queue = $1 AND
+			(SELECT count(*) FROM all_attempts a WHERE a.task_id = t.id AND a.status = 'succeeded') <> 1`, 0},
+		{"tasks with gaps in attempt numbers", `SELECT count(*) FROM all_tasks t WHERE queue = $1 AND
+			(SELECT max(attempt) - count(*) FROM all_attempts a WHERE a.task_id = t.id) <> 0`, 0},
+		{"attempts still executing", `SELECT count(*) FROM all_attempts WHERE queue = $1 AND status = 'executing'`, 0},
+		{"overlapping attempts", `SELECT count(*) FROM all_attempts a JOIN all_attempts b
 			ON a.task_id = b.task_id AND b.attempt = a.attempt + 1
 			WHERE a.queue = $1 AND b.started_at < a.finished_at`, 0},
 	}

@@ -147,11 +147,11 @@ func TestPayloadsAndResultsAreEncryptedAtRest(t *testing.T) {
 		after = last
 	}
 	var stale int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks t WHERE payload->>'taskforge_sealed' NOT LIKE 'v1.b2.%'
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM all_tasks t WHERE payload->>'taskforge_sealed' NOT LIKE 'v1.b2.%'
 		OR (result IS NOT NULL AND result->>'taskforge_sealed' NOT LIKE 'v1.b2.%')
 		OR (progress IS NOT NULL AND coalesce(progress->>'taskforge_sealed', '') NOT LIKE 'v1.b2.%')
 		OR (coalesce(last_error, '') <> '' AND last_error NOT LIKE '{"taskforge_sealed":"v1.b2.%')
-		OR EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND coalesce(a.error, '') <> ''
+		OR EXISTS (SELECT 1 FROM all_attempts a WHERE a.task_id = t.id AND coalesce(a.error, '') <> ''
 			AND a.error NOT LIKE '{"taskforge_sealed":"v1.b2.%')`).Scan(&stale); err != nil {
 		t.Fatal(err)
 	}

@@ -289,7 +289,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		t.Errorf("serve exited with code %d after SIGTERM, want 0", code)
 	}
 	var done int
-	if err := observer.QueryRow(ctx, `SELECT count(*) FROM tasks t JOIN attempts a ON a.task_id = t.id
+	if err := observer.QueryRow(ctx, `SELECT count(*) FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id
 		WHERE t.id = ANY($1::uuid[]) AND t.status = 'done' AND a.status = 'succeeded'`, ids).Scan(&done); err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +580,7 @@ func TestPostgresOutage(t *testing.T) {
 	testserver.Eventually(t, 90*time.Second, "every task of q done", func() bool {
 		var open int
 		_ = observer.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE status <> 'done'), count(*)
-			FROM tasks WHERE queue = 'q'`).Scan(&open, &total)
+			FROM all_tasks WHERE queue = 'q'`).Scan(&open, &total)
 		return total > 0 && open == 0
 	})
 	allDone := time.Since(restarted)

@@ -147,8 +147,8 @@ func (b bouncedReplica) checkHistory(t *testing.T, id, status string, attempts .
 	var got string
 	var history []string
 	if err := b.direct.Pool().QueryRow(ctx, `SELECT t.status,
-		coalesce((SELECT array_agg(a.status ORDER BY a.attempt) FROM attempts a WHERE a.task_id = t.id), '{}')
-		FROM tasks t WHERE t.id = $1`, id).Scan(&got, &history); err != nil {
+		coalesce((SELECT array_agg(a.status ORDER BY a.attempt) FROM all_attempts a WHERE a.task_id = t.id), '{}')
+		FROM all_tasks t WHERE t.id = $1`, id).Scan(&got, &history); err != nil {
 		t.Fatalf("task %s in PostgreSQL: %v", id, err)
 	}
 	if got != status || strings.Join(history, ",") != strings.Join(attempts, ",") {

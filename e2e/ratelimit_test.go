@@ -60,7 +60,7 @@ func TestRateLimitHoldsAcrossThreeReplicas(t *testing.T) {
 	// of the window has then committed, and none is cut short by stopping the workers.
 	// Each ack is a chance that such a claim came; the acks come at the rate limit.
 	for past := false; !past; {
-		if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(started_at) >= min(started_at) + $1::interval, false) FROM attempts`,
+		if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(started_at) >= min(started_at) + $1::interval, false) FROM all_attempts`,
 			skip+window+time.Second).Scan(&past); err != nil {
 			t.Fatal(err)
 		}
@@ -73,11 +73,11 @@ func TestRateLimitHoldsAcrossThreeReplicas(t *testing.T) {
 
 	var first time.Time
 	var inWindow int
-	if err := conn.QueryRow(context.Background(), `SELECT min(started_at) FROM attempts`).Scan(&first); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT min(started_at) FROM all_attempts`).Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	start := first.Add(skip)
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE started_at >= $1 AND started_at < $2`,
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM all_attempts WHERE started_at >= $1 AND started_at < $2`,
 		start, start.Add(window)).Scan(&inWindow); err != nil {
 		t.Fatal(err)
 	}

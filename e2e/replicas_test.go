@@ -129,7 +129,7 @@ func TestTwoReplicasSurviveSIGKILL(t *testing.T) {
 	defer conn.Close(context.Background())
 	testserver.Eventually(t, 90*time.Second, "every task done", func() bool {
 		var done int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'done'`).Scan(&done)
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM all_tasks WHERE status = 'done'`).Scan(&done)
 		return done == n
 	})
 	cancel()
@@ -142,7 +142,7 @@ func TestTwoReplicasSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	var abandoned int
-	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE status = 'abandoned'`).Scan(&abandoned); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM all_attempts WHERE status = 'abandoned'`).Scan(&abandoned); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("tasks delivered more than once: %d; abandoned attempts (claims lost with replica A): %d; refused acks: %v",

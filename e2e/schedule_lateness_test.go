@@ -134,7 +134,7 @@ func TestScheduleLateness(t *testing.T) {
 	}
 
 	rows, err := conn.Query(context.Background(), `SELECT t.id::text, t.scheduled_at, t.created_at, a.started_at
-		FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = 1
+		FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id AND a.attempt = 1
 		WHERE t.schedule = 'lateness' ORDER BY t.scheduled_at`)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestScheduleLateness(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, err = conn.Query(context.Background(), `SELECT extract(epoch FROM a.started_at - t.created_at)::float8
-		FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = 1 WHERE t.queue = 'plain'`)
+		FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id AND a.attempt = 1 WHERE t.queue = 'plain'`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 	resumedAt := dbNow()
 	testserver.Eventually(t, 10*time.Second, "the first tick after the resume", func() bool {
 		var n int
-		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE schedule = 'every-second'
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM all_tasks WHERE schedule = 'every-second'
 			AND scheduled_at >= $1`, resumed.NextRunAt).Scan(&n)
 		return n > 0
 	})
@@ -260,7 +260,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 	}
 	testserver.Eventually(t, 60*time.Second, "every tick's task done", func() bool {
 		var open int
-		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE schedule = 'every-second' AND status <> 'done'`).Scan(&open)
+		_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM all_tasks WHERE schedule = 'every-second' AND status <> 'done'`).Scan(&open)
 		return open == 0
 	})
 
@@ -274,7 +274,7 @@ func TestScheduleFiresOncePerTickThroughKillsAndFlushes(t *testing.T) {
 		Key       string
 		Attempts  int
 	}
-	rows, err := conn.Query(context.Background(), `SELECT scheduled_at, created_at, idempotency_key, attempts FROM tasks
+	rows, err := conn.Query(context.Background(), `SELECT scheduled_at, created_at, idempotency_key, attempts FROM all_tasks
 		WHERE schedule = 'every-second'`)
 	if err != nil {
 		t.Fatal(err)

@@ -75,8 +75,8 @@ func TestWorkflowUnblockSurvivesCrashAfterAck(t *testing.T) {
 	defer conn.Close(context.Background())
 	var parentStatus, childStatus string
 	if err := conn.QueryRow(context.Background(), `SELECT
-		(SELECT status FROM tasks WHERE workflow_id = $1 AND step = 'parent'),
-		(SELECT status FROM tasks WHERE workflow_id = $1 AND step = 'child')`, wf.ID).Scan(&parentStatus, &childStatus); err != nil {
+		(SELECT status FROM all_tasks WHERE workflow_id = $1 AND step = 'parent'),
+		(SELECT status FROM all_tasks WHERE workflow_id = $1 AND step = 'child')`, wf.ID).Scan(&parentStatus, &childStatus); err != nil {
 		t.Fatal(err)
 	}
 	if parentStatus != "done" || childStatus == "blocked" {

@@ -211,7 +211,7 @@ func (b *bench) await() storage.Fired {
 func (b *bench) ticks(schedule string) []time.Time {
 	b.t.Helper()
 	ctx := context.Background()
-	rows, err := b.store.Pool().Query(ctx, `SELECT scheduled_at FROM tasks WHERE schedule = $1 ORDER BY scheduled_at`, schedule)
+	rows, err := b.store.Pool().Query(ctx, `SELECT scheduled_at FROM all_tasks WHERE schedule = $1 ORDER BY scheduled_at`, schedule)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func (b *bench) ticks(schedule string) []time.Time {
 		b.t.Fatal(err)
 	}
 	var distinct, keys int
-	if err := b.store.Pool().QueryRow(ctx, `SELECT count(DISTINCT scheduled_at), count(DISTINCT idempotency_key) FROM tasks WHERE schedule = $1`,
+	if err := b.store.Pool().QueryRow(ctx, `SELECT count(DISTINCT scheduled_at), count(DISTINCT idempotency_key) FROM all_tasks WHERE schedule = $1`,
 		schedule).Scan(&distinct, &keys); err != nil {
 		b.t.Fatal(err)
 	}

@@ -179,7 +179,7 @@ func TestTaskListReadsTheStatusIndex(t *testing.T) {
 		f.After = next
 	}
 	var want []uuid.UUID
-	if err := pgxscan(ctx, pool, &want, `SELECT id FROM tasks WHERE queue = 'q' ORDER BY created_at DESC, id DESC LIMIT 2100`); err != nil {
+	if err := pgxscan(ctx, pool, &want, `SELECT id FROM all_tasks WHERE queue = 'q' ORDER BY created_at DESC, id DESC LIMIT 2100`); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(all, want) {

@@ -34,7 +34,7 @@ func wantQueueViolation(t *testing.T, what string, err error) {
 func countTasks(t *testing.T, pool *pgxpool.Pool, queue string) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE queue = $1`, queue).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM all_tasks WHERE queue = $1`, queue).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -95,7 +95,7 @@ func TestTaskQueueIsCheckedLikeAForeignKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tasks, attempts int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM tasks), (SELECT count(*) FROM attempts)`).Scan(&tasks, &attempts); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM all_tasks), (SELECT count(*) FROM all_attempts)`).Scan(&tasks, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if tasks != 0 || attempts != 0 {

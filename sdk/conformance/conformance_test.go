@@ -207,12 +207,12 @@ func readTask(t *testing.T, ctx context.Context, conn *pgx.Conn, id string) task
 	t.Helper()
 	var r taskRow
 	err := conn.QueryRow(ctx, `SELECT status, result, progress, attempts, releases, max_retries, replayed_from::text
-		FROM tasks WHERE id = $1`, id).Scan(&r.status, &r.result, &r.progress, &r.attempts, &r.releases,
+		FROM all_tasks WHERE id = $1`, id).Scan(&r.status, &r.result, &r.progress, &r.attempts, &r.releases,
 		&r.maxRetries, &r.replayedFrom)
 	if err != nil {
 		t.Fatalf("read task %s: %v", id, err)
 	}
-	rows, err := conn.Query(ctx, `SELECT status, error, started_at, finished_at FROM attempts
+	rows, err := conn.Query(ctx, `SELECT status, error, started_at, finished_at FROM all_attempts
 		WHERE task_id = $1 ORDER BY attempt`, id)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,12 @@
 -- through ack_tasks, 240 µs through this statement on a hot-path connection (commit
 -- 94cee95).
 --
+-- The acked task moves into history in this statement (migration 0023): deleted from
+-- tasks and inserted into task_history as done, its attempts likewise, rather than
+-- updated in tasks for the move trigger to delete and insert again; an update of
+-- tasks' status would write an entry into each of its indexes first. The attempt's
+-- outcome is counted here on any connection (no update of attempts for the trigger).
+--
 -- Parameters:
 --   $1 uuid[]: the id of each row
 --   $2 uuid[]: the token of each row
@@ -19,33 +25,50 @@
 WITH input AS (
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
 ), acked AS (
-	UPDATE tasks t SET status = 'done', result = i.result::jsonb,
-		finished_at = coalesce($5::timestamptz, now()), updated_at = coalesce($5::timestamptz, now()),
-		lease_expires_at = NULL, deadline_at = NULL
-	FROM input i
+	-- the task leaves tasks done, into history as it now is (task_history has the
+	-- columns of tasks, in order)
+	DELETE FROM tasks t USING input i
 	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
 		AND t.status || '' = 'executing' -- by primary key (statements.go)
 		AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND t.workflow_id IS NULL
-	RETURNING t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
-	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
-	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
-	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
-	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
+	RETURNING t.id, t.queue, t.payload, t.priority, 'done'::text AS status, t.scheduled_at, t.attempts,
+		t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, i.result::jsonb AS result,
+		t.claimed_by, t.lease_token, NULL::timestamptz AS lease_expires_at, t.heartbeat_at,
+		NULL::timestamptz AS deadline_at, t.dispatched_at, t.cancel_requested, t.replayed_from, t.replay_count,
+		t.replayed_at, t.created_at, coalesce($5::timestamptz, now()) AS updated_at,
+		coalesce($5::timestamptz, now()) AS finished_at, t.attempt_started_at, t.traceparent, t.releases,
+		t.progress, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.debounce_open, t.group_key
+), history AS (
+	INSERT INTO task_history SELECT * FROM acked
+), gone AS (
+	-- its attempts leave with it (before the cascade of the delete would take them),
+	-- the current one succeeded
+	DELETE FROM attempts a USING acked
+	WHERE a.task_id = acked.id
+	RETURNING a.task_id, a.attempt, a.queue, a.worker_id, a.lease_token,
+		CASE WHEN a.attempt = acked.attempts THEN 'succeeded' ELSE a.status END AS status, a.started_at,
+		CASE WHEN a.attempt = acked.attempts THEN acked.finished_at ELSE a.finished_at END AS finished_at,
+		a.error, acked.finished_at AS task_finished_at, a.attempt = acked.attempts AS current
+), attempt_rows AS (
+	INSERT INTO attempt_history (task_id, attempt, queue, worker_id, lease_token, status, started_at,
+		finished_at, error, task_status, task_finished_at)
+	SELECT task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at, error,
+		'done', task_finished_at
+	FROM gone
 ), recorded AS (
-	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
-	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
-	RETURNING a.queue, a.finished_at
+	SELECT queue, finished_at FROM gone WHERE current
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT queue, metric, bucket, sum(n) FROM (
 		SELECT queue, 'executing' AS metric, '-infinity'::timestamptz AS bucket, -1 AS n FROM acked
+		WHERE tally_written_inline()
 		UNION ALL
-		SELECT queue, 'done', '-infinity', 1 FROM acked
+		SELECT queue, 'done', '-infinity', 1 FROM acked WHERE tally_written_inline()
 		UNION ALL
+		-- no update of attempts for their trigger to count: always here
 		SELECT queue, 'attempt:succeeded', date_bin('10 seconds', finished_at, 'epoch'), 1 FROM recorded
 	) d
-	WHERE tally_written_inline()
 	GROUP BY queue, metric, bucket
 )
 SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
