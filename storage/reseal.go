@@ -82,11 +82,11 @@ func (s *Store) Reseal(ctx context.Context, after uuid.UUID, batch int) (int, uu
 			}
 			last = r.ID
 		}
-		tag, err := tx.Exec(ctx, resealTasks, ids, payloads, results, lastErrors, progress)
-		if err != nil {
+		var n int64
+		if err := tx.QueryRow(ctx, resealTasks, ids, payloads, results, lastErrors, progress).Scan(&n); err != nil {
 			return err
 		}
-		changed = int(tag.RowsAffected())
+		changed = int(n)
 		return s.resealAttemptErrors(ctx, tx, ids, textPrefix)
 	})
 	if err != nil {
