@@ -30,6 +30,7 @@ import (
 	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/dashboard"
 	"github.com/taskforge/taskforge/dispatcher"
+	"github.com/taskforge/taskforge/internal/backfill"
 	"github.com/taskforge/taskforge/internal/janitor"
 	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/internal/push"
@@ -242,10 +243,13 @@ type Server struct {
 	Buffer     *buffer.Buffer
 	Telemetry  *telemetry.Telemetry
 	Janitor    *janitor.Janitor
-	Tally      *tally.Folder
-	Auth       *auth.Guard
-	Pusher     *push.Pusher
-	Dashboard  *dashboard.Dashboard
+	// Backfill moves into history the finished tasks that a release before
+	// history left in tasks (none once every replica runs this release).
+	Backfill  *backfill.Mover
+	Tally     *tally.Folder
+	Auth      *auth.Guard
+	Pusher    *push.Pusher
+	Dashboard *dashboard.Dashboard
 	// Handler is what Serve serves: the API with every route mounted on it. Tests
 	// may wrap it before Serve to watch the traffic.
 	Handler http.Handler
@@ -375,6 +379,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}},
 		log.With("component", "janitor"))
 	s.Tally = tally.New(s.Store, tally.Config{}, log.With("component", "tally"))
+	s.Backfill = backfill.New(s.Store, backfill.Config{PauseAsBatch: true,
+		OnBatch: func(p backfill.Progress) { s.Telemetry.HistoryBackfilled(p.Last.Moved, p.Left) },
+		OnRun:   func(r backfill.Run) { s.Telemetry.HistoryBackfilled(0, r.Progress.Left) }},
+		log.With("component", "history backfill"))
 	return s, nil
 }
 
@@ -513,6 +521,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		{name: "rest", timeout: s.cfg.RestStopTimeout, loops: []loop{
 			{"watchdog", s.Watchdog.Run},
 			{"janitor", s.Janitor.Run},
+			{"history backfill", s.Backfill.Run},
 			{"tally", s.Tally.Run},
 			{"settings refresher", s.Lifecycle.Limits().Run},
 			{"wake listener", s.API.Run},

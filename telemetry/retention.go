@@ -29,6 +29,9 @@ type retentionMetrics struct {
 	lastSweep    prometheus.Gauge
 	partitions   *prometheus.GaugeVec
 	oldest       *prometheus.GaugeVec
+	// the mover of finished tasks left in tasks by a release before history
+	backfillMoved prometheus.Counter
+	backfillLeft  prometheus.Gauge
 }
 
 func (m *retentionMetrics) register(reg *prometheus.Registry) {
@@ -46,7 +49,12 @@ func (m *retentionMetrics) register(reg *prometheus.Registry) {
 		Help: "Day partitions of task history, by final status, as of the last sweep."}, []string{"status"})
 	m.oldest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskforge_history_oldest_partition_age_seconds",
 		Help: "Age of the start of the oldest day partition of task history, by final status, as of the last sweep."}, []string{"status"})
-	reg.MustRegister(m.sweeps, m.dropped, m.rowsDropped, m.batchDeleted, m.lastSweep, m.partitions, m.oldest)
+	m.backfillMoved = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskforge_history_backfill_moved_total",
+		Help: "Finished tasks that a release before history left in tasks, moved into history by this replica."})
+	m.backfillLeft = prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskforge_history_backfill_left",
+		Help: "Finished tasks still in tasks, waiting for the mover, as this replica's mover last counted them."})
+	reg.MustRegister(m.sweeps, m.dropped, m.rowsDropped, m.batchDeleted, m.lastSweep, m.partitions, m.oldest,
+		m.backfillMoved, m.backfillLeft)
 }
 
 // RetentionSwept records one retention sweep.
@@ -75,4 +83,15 @@ func (t *Telemetry) RetentionSwept(s RetentionSweep) {
 			m.oldest.DeleteLabelValues(status)
 		}
 	}
+}
+
+// HistoryBackfilled records a batch (or the end of a run) of the mover of finished
+// tasks left in tasks by a release before history: moved more rows moved, left
+// still to move.
+func (t *Telemetry) HistoryBackfilled(moved, left int64) {
+	if t == nil {
+		return
+	}
+	t.retention.backfillMoved.Add(float64(moved))
+	t.retention.backfillLeft.Set(float64(left))
 }

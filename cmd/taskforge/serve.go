@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/taskforge/taskforge/internal/backfill"
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/server"
 	"github.com/taskforge/taskforge/storage"
@@ -165,6 +168,7 @@ $OTEL_EXPORTER_OTLP_ENDPOINT is set (with the other standard OTEL_* variables).`
 
 func migrateCommand() *cobra.Command {
 	var databaseURL string
+	var moveHistory bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending database migrations and exit",
@@ -183,10 +187,16 @@ func migrateCommand() *cobra.Command {
 				return err
 			}
 			cmd.Printf("applied %d migration(s) %v\n", len(applied), applied)
-			return nil
+			if !moveHistory {
+				return nil
+			}
+			return backfillHistory(cmd.Context(), storage.New(pool), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&databaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL URL ($DATABASE_URL)")
+	cmd.Flags().BoolVar(&moveHistory, "move-history", true,
+		"after the migrations, move the finished tasks that a release before history left in tasks into history "+
+			"(in batches, resumable; serve also does it in the background)")
 	return cmd
 }
 
@@ -200,5 +210,26 @@ func (f *serverFlags) loadEncryptionKeys() error {
 		return fmt.Errorf("encryption keys: %w", err)
 	}
 	f.cfg.EncryptionKeys = string(b)
+	return nil
+}
+
+// backfillHistory moves every finished task left in tasks by a release before
+// history into history, batch after batch, with a progress line on w every few
+// seconds. Stopped (Ctrl-C), it can run again: it takes what is left.
+func backfillHistory(ctx context.Context, store *storage.Store, w io.Writer) error {
+	var last time.Time
+	mover := backfill.New(store, backfill.Config{OnBatch: func(p backfill.Progress) {
+		if time.Since(last) >= 2*time.Second {
+			last = time.Now()
+			fmt.Fprintln(w, p)
+		}
+	}}, slog.New(slog.NewTextHandler(w, nil)))
+	p, err := mover.MoveAll(ctx)
+	if p.Total > 0 {
+		fmt.Fprintln(w, p)
+	}
+	if err != nil {
+		return fmt.Errorf("move finished tasks into history (run migrate again to resume; serve also moves them): %w", err)
+	}
 	return nil
 }
