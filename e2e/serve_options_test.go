@@ -99,6 +99,10 @@ func TestJanitorRunsInServe(t *testing.T) {
 		c.RetentionInterval = 100 * time.Millisecond
 	}})
 	s.CreateQueue("q", nil)
+	// Another queue keeps done tasks forever, so that q's retention is the shorter
+	// one: its expired history leaves in batches at the next sweep. (Were every
+	// queue's the same, the task would leave with its whole day, once the day ends.)
+	s.CreateQueue("keep", map[string]any{"retention": map[string]any{"done_ms": nil}})
 	done := s.Enqueue("q", map[string]any{"payload": "finished"})
 	var p []testserver.Polled
 	for len(p) == 0 {
