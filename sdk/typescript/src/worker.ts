@@ -136,6 +136,19 @@ export class Job {
 type JobState = "waiting" | "running" | "reporting";
 
 /** A task held by a run of the worker. */
+/**
+ * Why a held task's handler is aborted when the server says its lease is gone: a
+ * TaskTimeoutError once its timeout_seconds has run out (the server ends such an
+ * attempt by itself, and its clock runs from the claim, slightly before this
+ * worker's), a LeaseLostError otherwise.
+ */
+function lostReason(j: Held, cause: unknown): Error {
+  if (j.timeoutAt !== 0 && Date.now() >= j.timeoutAt - LEASE_MARGIN_MS) {
+    return new TaskTimeoutError(j.id, j.timeoutSeconds);
+  }
+  return new LeaseLostError(j.id, { cause });
+}
+
 class Held {
   readonly job: Job;
   readonly task: PolledTask;
@@ -151,6 +164,9 @@ class Held {
   hbTimer: ReturnType<typeof setTimeout> | undefined;
   hbStopped = false;
   timeoutTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When timeout_seconds ends (ms since the epoch, from the poll's answer); 0: no timeout. */
+  timeoutAt = 0;
+  timeoutSeconds = 0;
   /** The result to ack with; undefined = none. */
   result: unknown = undefined;
 
@@ -446,6 +462,8 @@ class Run {
     if (t.timeout_seconds && t.timeout_seconds > 0) {
       // The server's deadline runs from the claim, so a prefetched task's does too.
       const secs = t.timeout_seconds;
+      j.timeoutAt = recv + secs * 1000;
+      j.timeoutSeconds = secs;
       j.timeoutTimer = setTimeout(() => j.ac.abort(new TaskTimeoutError(t.id, secs)), Math.max(0, recv + secs * 1000 - Date.now()));
     }
     this.#active.add(j);
@@ -577,7 +595,7 @@ class Run {
     } catch (e) {
       if (isErrorCode(e, "lease_lost")) {
         j.lost = true;
-        j.ac.abort(new LeaseLostError(j.id, { cause: e }));
+        j.ac.abort(lostReason(j, e));
         throw new LeaseLostError(j.id, { cause: e });
       }
       throw e;
@@ -718,7 +736,7 @@ class Run {
       if (a.body.cancel_requested && !j.ac.signal.aborted) j.ac.abort(new TaskCancelledError(j.id));
     } else if (isErrorCode(err, "lease_lost")) {
       j.lost = true;
-      j.ac.abort(new LeaseLostError(j.id, { cause: err }));
+      j.ac.abort(lostReason(j, err));
       this.#warnJob(j, "lease lost; handler aborted", { err: messageOf(err) });
       return;
     } else if (j.leaseExpired(Date.now())) {
