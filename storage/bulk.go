@@ -54,11 +54,11 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 		var at *time.Time // keyset position: the newest task of the last batch
 		var atID uuid.UUID
 		err := s.inBatches(ctx, func() (int, error) {
-			sql, args := bulkCancelWaiting, []any{queue, status, batch}
+			var atPos *uuid.UUID
 			if at != nil {
-				sql, args = bulkCancelWaitingAfter, append(args, *at, atID)
+				atPos = &atID
 			}
-			rows, err := s.pool.Query(ctx, sql, args...)
+			rows, err := s.pool.Query(ctx, bulkCancelWaiting, queue, status, batch, at, atPos)
 			if err != nil {
 				return 0, err
 			}

@@ -197,7 +197,6 @@ var (
 	unsealedSchedules        = mustLoad("unsealed_schedules")
 	resealSchedule           = mustLoad("reseal_schedule")
 	bulkCancelWaiting        = mustLoad("bulk_cancel_waiting")
-	bulkCancelWaitingAfter   = mustLoad("bulk_cancel_waiting_after")
 	bulkPruneHeads           = mustLoad("bulk_prune_heads")
 	bulkCancelIDs            = mustLoad("bulk_cancel_ids")
 	bulkDiscardDead          = mustLoad("bulk_discard_dead")

@@ -7,18 +7,23 @@
 -- behind the live tasks, and the first sweep after the last batch walked a million of
 -- them while its replica dispatched nothing). SKIP LOCKED passes over rows a claim or
 -- another batch holds, so a batch never waits on live traffic. It returns each task
--- with the status it had and its position. bulk_cancel_waiting_after is the same from
--- after the keyset position ($4, $5): each batch starts where the last ended, as an
--- index condition, rather than rescanning the entries its predecessors left behind.
+-- with the status it had and its position. Each batch starts after the keyset position
+-- ($4, $5: the last batch's newest task), as an index condition, rather than rescanning
+-- the entries its predecessors left behind; the first batch passes NULLs, which start
+-- before every task.
 --
 -- Parameters:
 --   $1 text: the queue
 --   $2 text: the status to cancel (never executing)
 --   $3 int8: the most tasks to cancel
+--   $4 timestamptz: the created_at of the keyset position to continue after (NULL: from the start)
+--   $5 uuid: the id of the keyset position (NULL: from the start)
 -- Returns: id, from_status, attempts, created_at, workflow_id, step, wf_effects.
 WITH c AS (
 	SELECT id, status, created_at FROM tasks
 	WHERE queue = $1 AND status = $2
+		AND (created_at, id) > (coalesce($4::timestamptz, '-infinity'),
+			coalesce($5::uuid, '00000000-0000-0000-0000-000000000000'))
 	ORDER BY created_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
