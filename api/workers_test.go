@@ -201,19 +201,14 @@ func TestPrefetchPollSkipsCappedQueues(t *testing.T) {
 	}
 }
 
-// TestPollCarriesAcks: acks sent with a poll are committed before it claims, each
-// on its own (a stale token gets lease_lost), in the order sent; such a poll does
-// not wait for work; a malformed ack fails the whole poll and changes nothing.
+// TestPollCarriesAcks: acks sent with a poll are committed with its claim (alone
+// when it finds no work), each on its own (a stale token gets lease_lost), in the
+// order sent; such a poll does not wait for work; a malformed ack fails the whole
+// poll and changes nothing.
 func TestPollCarriesAcks(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
-	s.CreateQueue("q", nil)
-	for i := 0; i < 3; i++ {
-		s.Enqueue("q", map[string]any{"payload": i})
-	}
-	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
-		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 3
-	})
+	enqueueBuffered(t, s, "q", nil, 3)
 	held := s.Poll("w", []string{"q"}, 2, 5000)
 	if len(held) != 2 {
 		t.Fatalf("polled %d tasks, want 2", len(held))
@@ -884,6 +879,19 @@ func TestPollKeepsTasksWhenALaterQueueFails(t *testing.T) {
 	}
 }
 
+// enqueueBuffered creates queue q with settings, enqueues n tasks (payloads 0..n-1)
+// and waits for the dispatcher pass that puts them all in the buffer.
+func enqueueBuffered(t *testing.T, s *testserver.Instance, q string, settings map[string]any, n int) {
+	t.Helper()
+	s.CreateQueue(q, settings)
+	for i := 0; i < n; i++ {
+		s.Enqueue(q, map[string]any{"payload": i})
+	}
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
+		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key(q)).Val() == int64(n)
+	})
+}
+
 // pollWithAcks polls queue q for up to max tasks, acking acked with the poll, and
 // returns the answer.
 func pollWithAcks(t *testing.T, s *testserver.Instance, q string, max int, acked ...testserver.Polled) (tasks []testserver.Polled, ackErrs []*string) {
@@ -919,13 +927,7 @@ func pollWithAcks(t *testing.T, s *testserver.Instance, q string, max int, acked
 func TestPollAcksAndClaimsInOneCommit(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
-	s.CreateQueue("q", nil)
-	for i := 0; i < 3; i++ {
-		s.Enqueue("q", map[string]any{"payload": i})
-	}
-	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
-		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("q")).Val() == 3
-	})
+	enqueueBuffered(t, s, "q", nil, 3)
 	first := s.Poll("w", []string{"q"}, 1, 5000)
 	if len(first) != 1 {
 		t.Fatalf("polled %d tasks, want 1", len(first))
@@ -978,13 +980,7 @@ func TestPollAcksAndClaimsInOneCommit(t *testing.T) {
 func TestPollAcksFreeTheirSlotsForTheClaim(t *testing.T) {
 	t.Parallel()
 	s := testserver.Start(t, testserver.Options{})
-	s.CreateQueue("capped", map[string]any{"max_concurrency": 1})
-	for i := 0; i < 2; i++ {
-		s.Enqueue("capped", map[string]any{"payload": i})
-	}
-	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
-		return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key("capped")).Val() == 2
-	})
+	enqueueBuffered(t, s, "capped", map[string]any{"max_concurrency": 1}, 2)
 	first := s.Poll("w", []string{"capped"}, 2, 5000)
 	if len(first) != 1 {
 		t.Fatalf("polled %d tasks under a cap of 1", len(first))
