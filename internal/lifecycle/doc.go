@@ -33,6 +33,11 @@
 // PostgreSQL is the authority: a follow-up that fails is logged and healed later
 // (the dispatcher's repair pass, a waiter's deadline), never retried here.
 //
+// It reaches PostgreSQL and Redis through small interfaces (seams.go: the task,
+// operator, queue, workflow and retention statements, and the Broker), so that its
+// decisions are tested on fakes without either (seams_internal_test.go), and its
+// statements against PostgreSQL in package storage.
+//
 // The package never changes a task in Redis without its PostgreSQL statement having
 // committed first, and never decides a task's next status itself: the storage
 // statement does (workflows' unblocking and cascade included).

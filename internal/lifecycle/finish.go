@@ -137,7 +137,7 @@ func (l *Lifecycle) finished(ctx context.Context, t storage.Task, workerID, reas
 // tells the dispatcher of the retries and the waiters of the tasks that ended, and
 // returns what it ended.
 func (l *Lifecycle) Reclaim(ctx context.Context, limit int) ([]storage.Reclaimed, error) {
-	ended, err := l.reclaims.ReclaimExpired(ctx, limit)
+	ended, err := l.store.ReclaimExpired(ctx, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reclaim expired leases: %w", err)
 	}

@@ -282,7 +282,7 @@ type ackOutcome struct {
 
 // newAckCommit group-commits acks (up to 500 per statement) through
 // store.AckMany, reading back only refs when refs says so.
-func newAckCommit(store *storage.Store, refs bool, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+func newAckCommit(store TaskStore, refs bool, limit int, timeout time.Duration, tel *telemetry.Telemetry,
 	log *slog.Logger) *groupCommit[storage.AckItem, ackOutcome] {
 	return newGroupCommit("ack", 500, limit, timeout, tel, log, func(ctx context.Context, items []storage.AckItem) ([]ackOutcome, error) {
 		acked, err := store.AckMany(ctx, items, refs)
@@ -323,7 +323,7 @@ type claimRequest struct {
 // outcome is the tasks its poll won, in the order of its ids. Requests asking for
 // another lease than the default (pushers, whose lease covers their request's
 // timeout) share a statement with those asking for the same.
-func newClaimCommit(store *storage.Store, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+func newClaimCommit(store TaskStore, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
 	log *slog.Logger) *groupCommit[claimRequest, []storage.Task] {
 	return newGroupCommit("claim", 100, limit, timeout, tel, log, func(ctx context.Context, reqs []claimRequest) ([][]storage.Task, error) {
 		byLease := map[time.Duration][]storage.ClaimItem{}
@@ -377,7 +377,7 @@ type ackClaimOutcome struct {
 // carry acks (up to 100 polls per transaction), each batch in one transaction
 // (storage.Store.AckAndClaim): such a poll waits for one commit instead of the
 // ack's and then the claim's.
-func newAckClaimCommit(store *storage.Store, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
+func newAckClaimCommit(store TaskStore, lease time.Duration, limit int, timeout time.Duration, tel *telemetry.Telemetry,
 	log *slog.Logger) *groupCommit[ackClaimRequest, ackClaimOutcome] {
 	return newGroupCommit("ack+claim", 100, limit, timeout, tel, log, func(ctx context.Context, reqs []ackClaimRequest) ([]ackClaimOutcome, error) {
 		var acks []storage.AckItem

@@ -65,15 +65,13 @@ func (c Config) WithDefaults() Config {
 // needs: its group commits and task waiters are local, and waiters elsewhere hear
 // of finished tasks through the buffer's done channel.
 type Lifecycle struct {
-	store *storage.Store
-	buf   Broker
-	// reclaims runs the reclaim's statement: store, but for TestReclaimFollowUps.
-	reclaims reclaimer
-	wake     Waker
-	cfg      Config
-	log      *slog.Logger
-	tel      *telemetry.Telemetry
-	limits   *ratelimit.Settings
+	store  Store
+	buf    Broker
+	wake   Waker
+	cfg    Config
+	log    *slog.Logger
+	tel    *telemetry.Telemetry
+	limits *ratelimit.Settings
 	// acks commits the acks whose callers answer with the done tasks, ackRefs
 	// those whose callers answer without them; storage.Store.AckMany picks each
 	// batch's statement (workflow steps among the items, or none).
@@ -94,11 +92,20 @@ type Lifecycle struct {
 }
 
 // New returns a Lifecycle on store and buf that tells wake (nil: nobody) of work
-// its transitions leave for the dispatcher.
+// its transitions leave for the dispatcher. It takes the concrete types, not the
+// seams (Store, Broker), because the queue settings it keeps (Limits) are read from
+// a *storage.Store by package ratelimit; tests of decisions build a Lifecycle on
+// fakes of the seams with newLifecycle instead.
 func New(store *storage.Store, buf *buffer.Buffer, wake Waker, cfg Config, log *slog.Logger) *Lifecycle {
+	return newLifecycle(store, buf, ratelimit.NewSettings(store, log), wake, cfg, log)
+}
+
+// newLifecycle returns a Lifecycle on the seams store and buf, reading queue
+// settings from limits.
+func newLifecycle(store Store, buf Broker, limits *ratelimit.Settings, wake Waker, cfg Config, log *slog.Logger) *Lifecycle {
 	cfg = cfg.WithDefaults()
-	l := &Lifecycle{store: store, buf: buf, reclaims: store, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
-		limits: ratelimit.NewSettings(store, log), ended: newEndHub()}
+	l := &Lifecycle{store: store, buf: buf, wake: wake, cfg: cfg, log: log, tel: cfg.Telemetry,
+		limits: limits, ended: newEndHub()}
 	l.announcer = newAnnouncer(buf.PublishDone, log)
 	l.acks = newAckCommit(store, false, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)
 	l.ackRefs = newAckCommit(store, true, cfg.CommitMaxWaiting, cfg.CommitTimeout, cfg.Telemetry, log)

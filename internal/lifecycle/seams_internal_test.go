@@ -2,21 +2,59 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/taskforge/taskforge/buffer"
 	"github.com/taskforge/taskforge/ratelimit"
 	"github.com/taskforge/taskforge/storage"
 )
 
-// fakeBroker records the follow-ups a transition sends to Redis; the Broker
-// methods a test does not expect panic through the nil embedded interface.
+// The tests of this file check the lifecycle's decisions, what a transition does
+// after its statement, without PostgreSQL or Redis: the statement's answer comes
+// from a fakeStore, and the follow-ups are recorded by a fakeBroker.
+
+// fakeStore answers the statements a test sets a function for; the Store methods
+// a test does not expect panic through the nil embedded interface.
+type fakeStore struct {
+	Store
+	reclaim   func(limit int) ([]storage.Reclaimed, error)
+	ackMany   func(items []storage.AckItem) (map[uuid.UUID]storage.Task, error)
+	claimMany func(items []storage.ClaimItem) (map[uuid.UUID]storage.Task, error)
+	nack      func(n storage.Nack) (storage.Task, error)
+	enqueue   func(queue string, tasks []storage.NewTask, opts storage.EnqueueOptions) ([]storage.Enqueued, error)
+}
+
+func (s *fakeStore) ReclaimExpired(_ context.Context, limit int) ([]storage.Reclaimed, error) {
+	return s.reclaim(limit)
+}
+
+func (s *fakeStore) AckMany(_ context.Context, items []storage.AckItem, _ bool) (map[uuid.UUID]storage.Task, error) {
+	return s.ackMany(items)
+}
+
+func (s *fakeStore) ClaimMany(_ context.Context, items []storage.ClaimItem, _ time.Duration) (map[uuid.UUID]storage.Task, error) {
+	return s.claimMany(items)
+}
+
+func (s *fakeStore) Nack(_ context.Context, n storage.Nack) (storage.Task, error) { return s.nack(n) }
+
+func (s *fakeStore) EnqueueWith(_ context.Context, queue string, tasks []storage.NewTask, opts storage.EnqueueOptions) ([]storage.Enqueued, error) {
+	return s.enqueue(queue, tasks, opts)
+}
+
+// fakeBroker records the follow-ups a transition sends to Redis and answers the
+// reads and pops a test sets; the Broker methods a test does not expect panic
+// through the nil embedded interface.
 type fakeBroker struct {
 	Broker
 	mu        sync.Mutex
@@ -25,14 +63,24 @@ type fakeBroker struct {
 	published []uuid.UUID
 	// groupReleased: "queue/group" -> ids freed by ReleaseGroup (fair queues).
 	groupReleased map[string][]uuid.UUID
+	// added: queue -> ids added by Add; "queue/group" -> ids added by AddGrouped.
+	added map[string][]uuid.UUID
+	// putback: queue -> ids given back by Putback or PutbackGrouped.
+	putback map[string][]uuid.UUID
+
+	sizes      map[string]int64 // Sizes' answer
+	groupSizes map[string]int64 // GroupSizes' answer, by group
+	pops       []buffer.FairPopped
+}
+
+func newFakeBroker() *fakeBroker {
+	return &fakeBroker{released: map[string][]uuid.UUID{}, removed: map[string][]uuid.UUID{},
+		groupReleased: map[string][]uuid.UUID{}, added: map[string][]uuid.UUID{}, putback: map[string][]uuid.UUID{}}
 }
 
 func (f *fakeBroker) ReleaseGroup(_ context.Context, queue, group string, ids ...uuid.UUID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.groupReleased == nil {
-		f.groupReleased = map[string][]uuid.UUID{}
-	}
 	f.groupReleased[queue+"/"+group] = append(f.groupReleased[queue+"/"+group], ids...)
 	return nil
 }
@@ -58,16 +106,130 @@ func (f *fakeBroker) PublishDone(_ context.Context, ids ...uuid.UUID) error {
 	return nil
 }
 
-type fakeReclaimer []storage.Reclaimed
-
-func (r fakeReclaimer) ReclaimExpired(context.Context, int) ([]storage.Reclaimed, error) {
-	return r, nil
+func (f *fakeBroker) Add(_ context.Context, queue string, tasks []storage.Buffered, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range tasks {
+		f.added[queue] = append(f.added[queue], t.ID)
+	}
+	return nil
 }
 
-type wakes struct{ queues []string }
+func (f *fakeBroker) AddGrouped(_ context.Context, queue string, tasks []buffer.GroupedTask, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range tasks {
+		f.added[queue+"/"+t.Group] = append(f.added[queue+"/"+t.Group], t.ID)
+	}
+	return nil
+}
 
-func (w *wakes) Wake(queue string) { w.queues = append(w.queues, queue) }
-func (w *wakes) WakeLow(string)    {}
+func (f *fakeBroker) Sizes(_ context.Context, queues []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, q := range queues {
+		out[q] = f.sizes[q]
+	}
+	return out, nil
+}
+
+func (f *fakeBroker) GroupSizes(_ context.Context, _ string, groups []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, g := range groups {
+		out[g] = f.groupSizes[g]
+	}
+	return out, nil
+}
+
+// pop hands out the pops the test set, one per call, then empty ones.
+func (f *fakeBroker) pop() buffer.FairPopped {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.pops) == 0 {
+		return buffer.FairPopped{}
+	}
+	p := f.pops[0]
+	f.pops = f.pops[1:]
+	return p
+}
+
+func (f *fakeBroker) Pop(context.Context, string, int, ratelimit.Limits) (buffer.Popped, error) {
+	p := f.pop()
+	out := buffer.Popped{Remaining: p.Remaining}
+	for _, e := range p.Entries {
+		out.Entries = append(out.Entries, e.Entry)
+	}
+	return out, nil
+}
+
+func (f *fakeBroker) FairPop(context.Context, string, int, ratelimit.Limits, buffer.GroupLimits) (buffer.FairPopped, error) {
+	return f.pop(), nil
+}
+
+func (f *fakeBroker) Putback(_ context.Context, queue string, entries []buffer.Entry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range entries {
+		f.putback[queue] = append(f.putback[queue], e.ID)
+	}
+	return nil
+}
+
+func (f *fakeBroker) PutbackGrouped(_ context.Context, queue string, entries []buffer.FairEntry, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range entries {
+		f.putback[queue] = append(f.putback[queue], e.ID)
+	}
+	return nil
+}
+
+type wakes struct {
+	mu     sync.Mutex
+	queues []string
+	low    []string
+}
+
+func (w *wakes) Wake(queue string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.queues = append(w.queues, queue)
+}
+
+func (w *wakes) WakeLow(queue string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.low = append(w.low, queue)
+}
+
+// woken returns the queues Wake was told of, sorted, each once.
+func (w *wakes) woken() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	qs := slices.Sorted(slices.Values(w.queues))
+	return slices.Compact(qs)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// The queues of the fake lifecycles: their settings are set, so a lifecycle never
+// reads them from a store.
+var (
+	one, fairness = 1, storage.FairnessRoundRobin
+	capped        = storage.Queue{Name: "capped", MaxConcurrency: &one}
+	uncapped      = storage.Queue{Name: "uncapped"}
+	fairQ         = storage.Queue{Name: "fair", Fairness: &fairness}
+	pausedQ       = storage.Queue{Name: "paused", Paused: true}
+)
+
+// fakeLifecycle is a Lifecycle on store and broker that knows the settings of
+// queues, tells w of work due, and is tuned by cfg.
+func fakeLifecycle(store Store, broker Broker, w Waker, cfg Config, queues ...storage.Queue) *Lifecycle {
+	limits := ratelimit.NewSettings(nil, quiet) // every queue set: it never reads a store
+	for _, q := range queues {
+		limits.Set(q)
+	}
+	return newLifecycle(store, broker, limits, w, cfg, quiet)
+}
 
 // TestReclaimFollowUps: without PostgreSQL or Redis, what a reclaim does after its
 // statement: every queue with a reclaimed task is handed to the dispatcher, every
@@ -80,7 +242,7 @@ func TestReclaimFollowUps(t *testing.T) {
 	fairA, fairUnnamed, tenant := uuid.New(), uuid.New(), "tenant-a"
 	wf, step, sibStep := uuid.New(), "a", "b"
 	now := time.Now()
-	rows := fakeReclaimer{
+	rows := []storage.Reclaimed{
 		{TaskID: retry, Queue: "q1", Attempt: 1, WorkerID: "w", Status: storage.StatusRetry, Outcome: "abandoned", StartedAt: now, EndedAt: now},
 		{TaskID: dead, Queue: "q2", Attempt: 4, WorkerID: "w", Status: storage.StatusDead, Outcome: "timed_out", StartedAt: now, EndedAt: now,
 			WorkflowID: &wf, Step: &step, Effects: &storage.StepEffects{WorkflowEnded: storage.WorkflowFailed,
@@ -90,17 +252,12 @@ func TestReclaimFollowUps(t *testing.T) {
 			Group: &tenant},
 		{TaskID: fairUnnamed, Queue: "fq", Attempt: 1, WorkerID: "w", Status: storage.StatusRetry, Outcome: "abandoned", StartedAt: now, EndedAt: now},
 	}
-	broker := &fakeBroker{released: map[string][]uuid.UUID{}, removed: map[string][]uuid.UUID{}}
+	store := &fakeStore{reclaim: func(int) ([]storage.Reclaimed, error) { return rows, nil }}
+	broker := newFakeBroker()
 	w := &wakes{}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limits := ratelimit.NewSettings(nil, quiet) // every queue set below: it never reads the store
-	one, fair := 1, storage.FairnessRoundRobin
-	limits.Set(storage.Queue{Name: "q1", MaxConcurrency: &one})
-	limits.Set(storage.Queue{Name: "q2", MaxConcurrency: &one})
-	limits.Set(storage.Queue{Name: "q3"})
-	limits.Set(storage.Queue{Name: "fq", Fairness: &fair})
-	l := &Lifecycle{buf: broker, reclaims: rows, wake: w, log: quiet, ended: newEndHub(), limits: limits,
-		announcer: newAnnouncer(broker.PublishDone, quiet)}
+	l := fakeLifecycle(store, broker, w, Config{},
+		storage.Queue{Name: "q1", MaxConcurrency: &one}, storage.Queue{Name: "q2", MaxConcurrency: &one},
+		storage.Queue{Name: "q3"}, storage.Queue{Name: "fq", Fairness: &fairness})
 	endedDead, leave := l.AwaitEnd(dead)
 	defer leave()
 	endedRetry, leaveRetry := l.AwaitEnd(retry)
@@ -110,8 +267,8 @@ func TestReclaimFollowUps(t *testing.T) {
 	if err != nil || len(got) != 5 {
 		t.Fatalf("Reclaim: %d rows (%v), want 5", len(got), err)
 	}
-	if slices.Sort(w.queues); !slices.Equal(slices.Compact(w.queues), []string{"fq", "q1", "q2"}) {
-		t.Errorf("dispatcher told of %v, want fq, q1 and q2", w.queues)
+	if !slices.Equal(w.woken(), []string{"fq", "q1", "q2"}) {
+		t.Errorf("dispatcher told of %v, want fq, q1 and q2", w.woken())
 	}
 	if !slices.Equal(broker.groupReleased["fq/"+tenant], []uuid.UUID{fairA}) || !slices.Equal(broker.groupReleased["fq/"], []uuid.UUID{fairUnnamed}) ||
 		len(broker.groupReleased) != 2 || len(broker.released["fq"]) != 0 {
@@ -140,5 +297,292 @@ func TestReclaimFollowUps(t *testing.T) {
 	case <-endedRetry:
 		t.Error("the waiter of the retrying task was woken")
 	default:
+	}
+}
+
+// TestAckFollowUps: what acks do once their statement committed: each acked task's
+// slots are freed as its queue keeps them (a capped plain queue's slot, a fair
+// queue's queue and group slots by group, nothing for an uncapped plain queue), each
+// is announced ended to every replica and to this one's waiters, the steps an ack
+// unblocked are handed to the dispatcher (WakeOnEnqueue), and an ack whose lease was
+// lost gets storage.ErrLeaseLost and no follow-up at all.
+func TestAckFollowUps(t *testing.T) {
+	tenant, wf, step := "tenant-a", uuid.New(), "a"
+	inCapped, inUncapped, inTenant, inUnnamed, lost, stepTask, unblocked :=
+		uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	done := map[uuid.UUID]storage.Task{
+		inCapped:   {ID: inCapped, Queue: "capped"},
+		inUncapped: {ID: inUncapped, Queue: "uncapped"},
+		inTenant:   {ID: inTenant, Queue: "fair", Group: &tenant},
+		inUnnamed:  {ID: inUnnamed, Queue: "fair"},
+		stepTask: {ID: stepTask, Queue: "uncapped", WorkflowID: &wf, Step: &step,
+			Effects: &storage.StepEffects{Unblocked: []storage.UnblockedStep{{ID: unblocked, Queue: "next", Step: "b"}}}},
+	}
+	store := &fakeStore{ackMany: func(items []storage.AckItem) (map[uuid.UUID]storage.Task, error) {
+		out := map[uuid.UUID]storage.Task{}
+		for _, it := range items {
+			if task, ok := done[it.TaskID]; ok {
+				task.Status, task.LeaseToken = storage.StatusDone, &it.LeaseToken
+				out[it.TaskID] = task
+			}
+		}
+		return out, nil
+	}}
+	broker := newFakeBroker()
+	w := &wakes{}
+	l := fakeLifecycle(store, broker, w, Config{WakeOnEnqueue: true}, capped, uncapped, fairQ, storage.Queue{Name: "next"})
+	endedCapped, leave := l.AwaitEnd(inCapped)
+	defer leave()
+	endedLost, leaveLost := l.AwaitEnd(lost)
+	defer leaveLost()
+
+	ids := []uuid.UUID{inCapped, inUncapped, inTenant, inUnnamed, lost, stepTask}
+	items := make([]storage.AckItem, len(ids))
+	for i, id := range ids {
+		items[i] = storage.AckItem{TaskID: id, LeaseToken: uuid.New(), WorkerID: "w"}
+	}
+	out, err := l.AckMany(context.Background(), "w", items, true)
+	if err != nil || len(out) != len(ids) {
+		t.Fatalf("AckMany: %d outcomes (%v), want %d", len(out), err, len(ids))
+	}
+	for i, o := range out {
+		if want := ids[i] == lost; errors.Is(o.Err, storage.ErrLeaseLost) != want || (o.Err == nil) == want {
+			t.Errorf("outcome of ack %d: %v, lease lost: %v", i, o.Err, want)
+		}
+	}
+	if !maps.EqualFunc(broker.released, map[string][]uuid.UUID{"capped": {inCapped}}, slices.Equal) {
+		t.Errorf("plain slots freed: %v, want only the capped queue's task", broker.released)
+	}
+	if !maps.EqualFunc(broker.groupReleased, map[string][]uuid.UUID{"fair/" + tenant: {inTenant}, "fair/": {inUnnamed}}, slices.Equal) {
+		t.Errorf("fair slots freed: %v, want each task's by its group", broker.groupReleased)
+	}
+	byID := func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) }
+	if got, want := slices.SortedFunc(slices.Values(broker.published), byID),
+		slices.SortedFunc(slices.Values([]uuid.UUID{inCapped, inUncapped, inTenant, inUnnamed, stepTask}), byID); !slices.Equal(got, want) {
+		t.Errorf("announced %v, want every acked task and not the lost one", broker.published)
+	}
+	if !slices.Equal(w.woken(), []string{"next"}) {
+		t.Errorf("dispatcher told of %v, want only the queue of the unblocked step", w.woken())
+	}
+	select {
+	case <-endedCapped:
+	default:
+		t.Error("this replica's waiter of an acked task was not woken")
+	}
+	select {
+	case <-endedLost:
+		t.Error("the waiter of the task whose lease was lost was woken")
+	default:
+	}
+}
+
+// TestNackFollowUps: a nack's follow-ups follow the status its statement chose: a
+// retry is handed to the dispatcher and not announced; a dead or cancelled task is
+// announced ended and not handed over; each frees the slot its attempt held.
+func TestNackFollowUps(t *testing.T) {
+	for _, status := range []string{storage.StatusRetry, storage.StatusDead, storage.StatusCancelled} {
+		t.Run(status, func(t *testing.T) {
+			id := uuid.New()
+			store := &fakeStore{nack: func(n storage.Nack) (storage.Task, error) {
+				return storage.Task{ID: n.TaskID, Queue: "capped", Status: status}, nil
+			}}
+			broker := newFakeBroker()
+			w := &wakes{}
+			l := fakeLifecycle(store, broker, w, Config{}, capped)
+			ended, leave := l.AwaitEnd(id)
+			defer leave()
+
+			if _, err := l.Nack(context.Background(), storage.Nack{TaskID: id, LeaseToken: uuid.New(), WorkerID: "w"}); err != nil {
+				t.Fatal(err)
+			}
+			retry := status == storage.StatusRetry
+			if got := slices.Equal(w.woken(), []string{"capped"}); got != retry {
+				t.Errorf("dispatcher told of %v; a retry must be, an ended task not", w.woken())
+			}
+			if got := slices.Contains(broker.published, id); got == retry {
+				t.Errorf("announced %v; an ended task must be, a retry not", broker.published)
+			}
+			select {
+			case <-ended:
+				if retry {
+					t.Error("the waiter of a retrying task was woken")
+				}
+			default:
+				if !retry {
+					t.Error("the waiter of an ended task was not woken")
+				}
+			}
+			if !slices.Equal(broker.released["capped"], []uuid.UUID{id}) {
+				t.Errorf("slots freed: %v, want the attempt's", broker.released)
+			}
+		})
+	}
+}
+
+// TestEnqueueBuffersDirectly: the enqueue's fast path asks PostgreSQL to commit the
+// tasks as buffered only when they may skip the dispatcher (due now, the queue not
+// paused, its buffer with room for them all; in a fair queue, every group of the
+// tasks holding nothing buffered, whatever other groups hold), and adds to the
+// buffer exactly the tasks the statement committed as buffered: PostgreSQL has the
+// last word. Tasks left pending are the dispatcher's, told of them under
+// WakeOnEnqueue.
+func TestEnqueueBuffersDirectly(t *testing.T) {
+	later := time.Now().Add(time.Hour)
+	tenant, other := "tenant-a", "tenant-b"
+	cases := []struct {
+		name       string
+		queue      string
+		tasks      int
+		at         *time.Time
+		group      *string
+		sizes      map[string]int64 // the plain buffers' sizes
+		groupSizes map[string]int64 // the fair queue's group buffers' sizes
+		refuse     bool             // the statement leaves them pending all the same
+		want       bool             // the enqueue asks for buffered
+	}{
+		{name: "room", queue: "uncapped", tasks: 2, sizes: map[string]int64{"uncapped": 8}, want: true},
+		{name: "no room", queue: "uncapped", tasks: 3, sizes: map[string]int64{"uncapped": 8}},
+		{name: "too many", queue: "uncapped", tasks: maxBufferDirectly + 1},
+		{name: "scheduled", queue: "uncapped", tasks: 1, at: &later},
+		{name: "paused", queue: "paused", tasks: 1},
+		{name: "postgres refuses", queue: "uncapped", tasks: 1, refuse: true, want: true},
+		{name: "fair idle group", queue: "fair", tasks: 2, group: &tenant, groupSizes: map[string]int64{other: 500}, want: true},
+		{name: "fair unnamed group", queue: "fair", tasks: 1, groupSizes: map[string]int64{tenant: 5}, want: true},
+		{name: "fair busy group", queue: "fair", tasks: 1, group: &tenant, groupSizes: map[string]int64{tenant: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var asked []bool
+			store := &fakeStore{enqueue: func(queue string, tasks []storage.NewTask, opts storage.EnqueueOptions) ([]storage.Enqueued, error) {
+				asked = append(asked, opts.Buffered)
+				out := make([]storage.Enqueued, len(tasks))
+				for i, nt := range tasks {
+					status := storage.StatusPending
+					if opts.Buffered && !c.refuse {
+						status = storage.StatusBuffered
+					}
+					out[i] = storage.Enqueued{Created: true, Task: storage.Task{ID: nt.ID, Queue: queue, Status: status, Group: nt.Group}}
+				}
+				return out, nil
+			}}
+			broker := newFakeBroker()
+			broker.sizes, broker.groupSizes = c.sizes, c.groupSizes
+			w := &wakes{}
+			l := fakeLifecycle(store, broker, w, Config{BufferTarget: 10, WakeOnEnqueue: true}, uncapped, pausedQ, fairQ)
+			tasks := make([]storage.NewTask, c.tasks)
+			var ids []uuid.UUID
+			for i := range tasks {
+				tasks[i] = storage.NewTask{ID: uuid.New(), ScheduledAt: c.at, Group: c.group}
+				ids = append(ids, tasks[i].ID)
+			}
+			if _, err := l.Enqueue(context.Background(), c.queue, tasks, false); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(asked, []bool{c.want}) {
+				t.Fatalf("the statement was asked for buffered: %v, want %v", asked, c.want)
+			}
+			key := c.queue
+			if c.queue == "fair" {
+				key += "/" + groupOf(c.group)
+			}
+			buffered := c.want && !c.refuse
+			var want map[string][]uuid.UUID
+			if buffered {
+				want = map[string][]uuid.UUID{key: ids}
+			}
+			if !maps.EqualFunc(broker.added, want, slices.Equal) {
+				t.Errorf("added to the buffer: %v, want %v", counts(broker.added), counts(want))
+			}
+			if got := slices.Equal(w.woken(), []string{c.queue}); got == buffered {
+				t.Errorf("dispatcher told of %v; only tasks left pending are its", w.woken())
+			}
+		})
+	}
+}
+
+// counts is how many ids each key of m holds, for a short failure message.
+func counts(m map[string][]uuid.UUID) map[string]int {
+	out := map[string]int{}
+	for k, ids := range m {
+		out[k] = len(ids)
+	}
+	return out
+}
+
+// TestClaimDropsWhatTheStoreNoLongerClaims: a claim whose pop found ids the store no
+// longer claims (cancelled, or claimed by another replica) keeps them out of the
+// buffer and frees the slots they took (a capped queue's; a fair queue's by group;
+// none in an uncapped queue, which keeps none); a claim whose statement failed puts
+// every popped id back and frees their slots; and a pop that left the buffer below
+// LowWater asks the dispatcher for a refill.
+func TestClaimDropsWhatTheStoreNoLongerClaims(t *testing.T) {
+	tenant, other := "tenant-a", "tenant-b"
+	cases := []struct {
+		name  string
+		queue storage.Queue
+		fail  bool
+		// want: the slots freed (queue or "queue/group" -> how many) and how many
+		// ids were put back.
+		freed   map[string]int
+		putback int
+	}{
+		{name: "capped", queue: capped, freed: map[string]int{"capped": 2}},
+		{name: "uncapped", queue: uncapped, freed: map[string]int{}},
+		{name: "fair", queue: fairQ, freed: map[string]int{"fair/" + tenant: 1, "fair/" + other: 1}},
+		{name: "capped, statement failed", queue: capped, fail: true, freed: map[string]int{"capped": 3}, putback: 3},
+		{name: "fair, statement failed", queue: fairQ, fail: true, freed: map[string]int{"fair/" + tenant: 2, "fair/" + other: 1}, putback: 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			won, stale, gone := uuid.New(), uuid.New(), uuid.New()
+			store := &fakeStore{claimMany: func(items []storage.ClaimItem) (map[uuid.UUID]storage.Task, error) {
+				if c.fail {
+					return nil, errors.New("connection reset")
+				}
+				out := map[uuid.UUID]storage.Task{}
+				for _, it := range items {
+					if it.TaskID == won {
+						out[won] = storage.Task{ID: won, Queue: c.queue.Name, Status: storage.StatusExecuting, ClaimedBy: &it.WorkerID}
+					}
+				}
+				return out, nil
+			}}
+			broker := newFakeBroker()
+			broker.pops = []buffer.FairPopped{{Remaining: 3, Entries: []buffer.FairEntry{
+				{Entry: buffer.Entry{ID: won}, Group: tenant}, {Entry: buffer.Entry{ID: stale}, Group: tenant},
+				{Entry: buffer.Entry{ID: gone}, Group: other}}}}
+			if c.queue.Fairness == nil { // a plain pop carries no group
+				for i := range broker.pops[0].Entries {
+					broker.pops[0].Entries[i].Group = ""
+				}
+			}
+			w := &wakes{}
+			l := fakeLifecycle(store, broker, w, Config{LowWater: 10}, c.queue)
+			limits, _, _ := l.limits.Get(context.Background(), c.queue.Name)
+
+			got, _, err := l.Claim(context.Background(), "w", c.queue.Name, limits, 3, 0)
+			if c.fail != (err != nil) {
+				t.Fatalf("Claim: %v, want an error: %v", err, c.fail)
+			}
+			if !c.fail && (len(got) != 1 || got[0].ID != won) {
+				t.Errorf("claimed %v, want only %s", got, won)
+			}
+			freed := map[string]int{}
+			for q, ids := range broker.released {
+				freed[q] += len(ids)
+			}
+			for k, ids := range broker.groupReleased {
+				freed[k] += len(ids)
+			}
+			if !maps.Equal(freed, c.freed) {
+				t.Errorf("slots freed: %v, want %v", freed, c.freed)
+			}
+			if n := len(broker.putback[c.queue.Name]); n != c.putback {
+				t.Errorf("%d ids put back, want %d", n, c.putback)
+			}
+			if !slices.Equal(w.low, []string{c.queue.Name}) {
+				t.Errorf("refills asked: %v, want one of %s", w.low, c.queue.Name)
+			}
+		})
 	}
 }
