@@ -53,11 +53,13 @@ type Buffer struct {
 	rdb    redis.UniversalClient
 	prefix string
 	now    func() time.Time // fair scripts' clock; nil = Redis TIME (see WithClock)
+	// slots: whether each fair queue's pops lately saw a cap (ReleaseGroup).
+	slots *slotModes
 }
 
 // New returns a Buffer whose keys start with prefix (which must not contain '{' or '}').
 func New(rdb redis.UniversalClient, prefix string) *Buffer {
-	return &Buffer{rdb: rdb, prefix: prefix}
+	return &Buffer{rdb: rdb, prefix: prefix, slots: newSlotModes()}
 }
 
 // Client returns the Redis client.
@@ -254,6 +256,7 @@ func (b *Buffer) SyncSlots(ctx context.Context, db ExecutingLister, queue string
 // Unsync forgets that queue's slots match PostgreSQL, so the next pop rebuilds them
 // (after its concurrency cap is switched on or changed).
 func (b *Buffer) Unsync(ctx context.Context, queue string) error {
+	b.slots.forget(queue) // a fair queue's cap switched on: its releases count again
 	if err := b.rdb.Del(ctx, b.queueKey(queue, "synced")).Err(); err != nil {
 		return fmt.Errorf("unsync slots of %s: %w", queue, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -98,6 +99,9 @@ type FairPopped struct {
 	// CapParked and RateParked count the groups this pop set aside at their cap or out
 	// of tokens (taskforge_group_throttled_total{reason="cap"|"rate"}).
 	CapParked, RateParked int
+	// CapOverrides says some group of the queue has a cap of its own (an override),
+	// so its tasks hold group slots even when neither of the queue's caps is on.
+	CapOverrides bool
 }
 
 // fairKey is the prefix of every fair key of queue, inside its hash tag.
@@ -184,19 +188,21 @@ func (b *Buffer) FairPop(ctx context.Context, queue string, n int, limits rateli
 	if err != nil {
 		return FairPopped{}, fmt.Errorf("fair pop from %s: %w", queue, err)
 	}
+	b.slots.saw(queue, limits.MaxConcurrency > 0 || group.MaxConcurrency > 0 || out.CapOverrides)
 	return out, nil
 }
 
 // parseFairPop reads fair_pop.lua's reply, {status, retry_after_ms, now_us,
-// remaining, cap_parked, rate_parked, id1, score1, group1, ...}, refusing a malformed
-// one (a script out of step with this code). A member that is not a UUID is dropped.
+// remaining, cap_parked, rate_parked, cap_overrides, id1, score1, group1, ...},
+// refusing a malformed one (a script out of step with this code). A member that is
+// not a UUID is dropped.
 func parseFairPop(res []any) (FairPopped, error) {
-	const head = 6
+	const head = 7
 	if len(res) < head || (len(res)-head)%3 != 0 {
 		return FairPopped{}, fmt.Errorf("reply of %d fields, want %d and then triples: %v", len(res), head, res)
 	}
 	var h [head]int64
-	for i, name := range []string{"status", "retry_after_ms", "now_us", "remaining", "cap_parked", "rate_parked"} {
+	for i, name := range []string{"status", "retry_after_ms", "now_us", "remaining", "cap_parked", "rate_parked", "cap_overrides"} {
 		v, ok := res[i].(int64)
 		if !ok {
 			return FairPopped{}, fmt.Errorf("reply field %s is %T (%v), want an integer", name, res[i], res[i])
@@ -208,7 +214,7 @@ func parseFairPop(res []any) (FairPopped, error) {
 	}
 	out := FairPopped{Paused: h[0] == 1, NeedSync: h[0] == 2, AtCap: h[0] == 3,
 		RetryAfter: time.Duration(h[1]) * time.Millisecond, RedisTimeUs: h[2], Remaining: int(h[3]),
-		CapParked: int(h[4]), RateParked: int(h[5])}
+		CapParked: int(h[4]), RateParked: int(h[5]), CapOverrides: h[6] == 1}
 	for i := head; i < len(res); i += 3 {
 		member, ok1 := res[i].(string)
 		rawScore, ok2 := res[i+1].(string)
@@ -231,8 +237,11 @@ func parseFairPop(res []any) (FairPopped, error) {
 
 // ReleaseGroup frees the queue and group slots held by ids of group in fair queue
 // (no-op for ids holding none); a group parked at its cap goes back into the turns.
+// It makes no call at all while this Buffer's pops of the queue, within the last
+// slotsFresh, saw no cap on (neither the queue's, nor its groups' default, nor any
+// group's override): then no pop takes a slot, as for an uncapped plain queue.
 func (b *Buffer) ReleaseGroup(ctx context.Context, queue, group string, ids ...uuid.UUID) error {
-	if len(ids) == 0 {
+	if len(ids) == 0 || b.slots.none(queue) {
 		return nil
 	}
 	args := make([]any, 0, 2*len(ids))
@@ -302,6 +311,7 @@ func (b *Buffer) SetGroup(ctx context.Context, queue, group string, s GroupSetti
 		v = s.encode()
 	}
 	keys := []string{b.fairKey(queue), b.queueKey(queue, "synced")}
+	b.slots.forget(queue) // a cap may be switched on: releases go to Redis again
 	if err := lua.FairSet.Run(ctx, b.rdb, keys, group, v).Err(); err != nil {
 		return fmt.Errorf("set group %q of %s: %w", group, queue, err)
 	}
@@ -415,6 +425,7 @@ func ValidGroup(name string) bool {
 // for the queue's keys (on every master of a Redis Cluster; they all live on one), so
 // it costs a pass over the keyspace: for deleting a queue, not for a hot path.
 func (b *Buffer) DropFair(ctx context.Context, queue string) error {
+	b.slots.forget(queue)
 	pattern := globEscape(b.fairKey(queue)) + "*"
 	drop := func(ctx context.Context, c redis.Cmdable) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
@@ -461,4 +472,57 @@ func globEscape(s string) string {
 		sb.WriteRune(r)
 	}
 	return sb.String()
+}
+
+// slotsFresh is how long what a pop saw of a fair queue's caps decides whether a
+// release goes to Redis. A cap switched on elsewhere (another replica's PATCH or
+// group override) reaches this replica's next pop; until then, for at most this
+// long, a release of a task popped under the new cap may be skipped, and the slot
+// repair frees that slot (SlotGrace later): the group runs below its cap for that
+// while, never above it.
+const slotsFresh = time.Second
+
+// slotModes remembers, per fair queue, whether the last pop of this Buffer (and its
+// copies) saw a cap on, and when.
+type slotModes struct {
+	mu sync.Mutex
+	m  map[string]slotMode
+}
+
+type slotMode struct {
+	capped bool
+	at     time.Time
+}
+
+func newSlotModes() *slotModes { return &slotModes{m: make(map[string]slotMode)} }
+
+// saw records what a pop of queue saw.
+func (s *slotModes) saw(queue string, capped bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.m[queue] = slotMode{capped: capped, at: time.Now()}
+	s.mu.Unlock()
+}
+
+// none reports whether a pop of queue saw no cap on within slotsFresh.
+func (s *slotModes) none(queue string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	m, ok := s.m[queue]
+	s.mu.Unlock()
+	return ok && !m.capped && time.Since(m.at) < slotsFresh
+}
+
+// forget drops what was seen of queue.
+func (s *slotModes) forget(queue string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.m, queue)
+	s.mu.Unlock()
 }

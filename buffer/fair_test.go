@@ -454,3 +454,76 @@ func TestFairSmallGroupsBesideBacklog(t *testing.T) {
 	}
 	t.Logf("%d polls of 10 handed out 1,000 small-group tasks and %d of the backlog's", polls, count["big"])
 }
+
+// TestFairReleaseSkipsUncappedQueue: while the queue's pops see no cap (neither the
+// queue's, nor the groups' default, nor an override), a release makes no call; once
+// a pop sees a cap, or an override with a cap is set, releases free slots again.
+func TestFairReleaseSkipsUncappedQueue(t *testing.T) {
+	backends(t, func(t *testing.T, b *buffer.Buffer) {
+		ctx := context.Background()
+		rdb := b.Client()
+		w := buffer.LevelWeightMs(0)
+		tasks := grouped("a", 5, 4, time.Now())
+		if err := b.AddGrouped(ctx, "q", tasks, w); err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.FairPop(ctx, "q", 1, ratelimit.Limits{}, buffer.GroupLimits{})
+		if err != nil || len(p.Entries) != 1 || p.CapOverrides {
+			t.Fatalf("uncapped pop %+v %v", p, err)
+		}
+		// A marker in the queue's slot set shows whether a release reached Redis.
+		id := p.Entries[0].ID.String()
+		running := b.RunningKey("q")
+		if err := rdb.ZAdd(ctx, running, redis.Z{Score: 1, Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ReleaseGroup(ctx, "q", "a", p.Entries[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if rdb.ZScore(ctx, running, id).Err() != nil {
+			t.Fatal("a release of an uncapped fair queue went to Redis")
+		}
+		// An override with a cap: releases count again, and pops report it.
+		one := 1
+		if err := b.SetGroup(ctx, "q", "b", buffer.GroupSettings{MaxConcurrency: &one}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ReleaseGroup(ctx, "q", "a", p.Entries[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if rdb.ZScore(ctx, running, id).Err() == nil {
+			t.Fatal("a release after a cap override was set did not reach Redis")
+		}
+		if _, _, _, _, err := b.ReconcileGrouped(ctx, "q", nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		p, err = b.FairPop(ctx, "q", 1, ratelimit.Limits{}, buffer.GroupLimits{})
+		if err != nil || len(p.Entries) != 1 || !p.CapOverrides {
+			t.Fatalf("pop beside a cap override %+v %v", p, err)
+		}
+		if err := rdb.ZAdd(ctx, running, redis.Z{Score: 1, Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ReleaseGroup(ctx, "q", "a", uuid.MustParse(id)); err != nil {
+			t.Fatal(err)
+		}
+		if rdb.ZScore(ctx, running, id).Err() == nil {
+			t.Fatal("a release beside a cap override did not reach Redis")
+		}
+		// The override gone, a queue cap: releases count.
+		if err := b.SetGroup(ctx, "q", "b", buffer.GroupSettings{}); err != nil {
+			t.Fatal(err)
+		}
+		capped := ratelimit.Limits{MaxConcurrency: 5}
+		p, err = b.FairPop(ctx, "q", 1, capped, buffer.GroupLimits{})
+		if err != nil || len(p.Entries) != 1 || p.CapOverrides {
+			t.Fatalf("pop under a queue cap %+v %v", p, err)
+		}
+		if err := b.ReleaseGroup(ctx, "q", "a", p.Entries[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if n := rdb.ZCard(ctx, running).Val(); n != 0 {
+			t.Fatalf("%d queue slots held after the release, want 0", n)
+		}
+	})
+}

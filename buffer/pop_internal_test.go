@@ -74,11 +74,11 @@ func TestParsePop(t *testing.T) {
 // TestParseFairPop: the fair reply is read field by field; a malformed one is refused.
 func TestParseFairPop(t *testing.T) {
 	id := uuid.MustParse("0191e4a8-7b1c-7000-8000-000000000001")
-	got, err := parseFairPop([]any{int64(0), int64(40), int64(5), int64(3), int64(2), int64(1), id.String(), "1.5", "tenant:1", "nope", "2", "g"})
+	got, err := parseFairPop([]any{int64(0), int64(40), int64(5), int64(3), int64(2), int64(1), int64(1), id.String(), "1.5", "tenant:1", "nope", "2", "g"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.RetryAfter != 40*time.Millisecond || got.Remaining != 3 || got.CapParked != 2 || got.RateParked != 1 ||
+	if got.RetryAfter != 40*time.Millisecond || got.Remaining != 3 || got.CapParked != 2 || got.RateParked != 1 || !got.CapOverrides ||
 		len(got.Entries) != 1 || got.Entries[0].ID != id || got.Entries[0].Group != "tenant:1" || got.Entries[0].Score != 1.5 {
 		t.Fatalf("parseFairPop = %+v", got)
 	}
@@ -86,12 +86,13 @@ func TestParseFairPop(t *testing.T) {
 		reply   []any
 		wantErr string
 	}{
-		{[]any{int64(0), int64(0), int64(5), int64(0), int64(0)}, "reply of 5 fields"},
-		{[]any{int64(0), int64(0), int64(5), int64(0), int64(0), int64(0), id.String(), "1"}, "reply of 8 fields"},
-		{[]any{int64(0), int64(0), int64(5), int64(0), "0", int64(0)}, "cap_parked is string"},
-		{[]any{int64(4), int64(0), int64(5), int64(0), int64(0), int64(0)}, "status 4"},
-		{[]any{int64(0), int64(0), int64(5), int64(1), int64(0), int64(0), id.String(), "1", int64(7)}, "want three strings"},
-		{[]any{int64(0), int64(0), int64(5), int64(1), int64(0), int64(0), id.String(), "x", "g"}, "score of"},
+		{[]any{int64(0), int64(0), int64(5), int64(0), int64(0), int64(0)}, "reply of 6 fields"},
+		{[]any{int64(0), int64(0), int64(5), int64(0), int64(0), int64(0), int64(0), id.String(), "1"}, "reply of 9 fields"},
+		{[]any{int64(0), int64(0), int64(5), int64(0), "0", int64(0), int64(0)}, "cap_parked is string"},
+		{[]any{int64(0), int64(0), int64(5), int64(0), int64(0), int64(0), "1"}, "cap_overrides is string"},
+		{[]any{int64(4), int64(0), int64(5), int64(0), int64(0), int64(0), int64(0)}, "status 4"},
+		{[]any{int64(0), int64(0), int64(5), int64(1), int64(0), int64(0), int64(0), id.String(), "1", int64(7)}, "want three strings"},
+		{[]any{int64(0), int64(0), int64(5), int64(1), int64(0), int64(0), int64(0), id.String(), "x", "g"}, "score of"},
 	} {
 		if _, err := parseFairPop(tc.reply); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("parseFairPop(%v): %v, want an error containing %q", tc.reply, err, tc.wantErr)

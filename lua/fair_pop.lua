@@ -23,11 +23,13 @@
 -- ARGV[10] the time in Unix µs to use instead of Redis TIME (tests); 0 = TIME
 --
 -- Returns {status, retry_after_ms, now_us (0: no clock was needed), remaining, cap_parked, rate_parked,
--- id1, score1, group1, ...}; status as pop.lua's (0 ok, 1 paused, 2 slots must be
--- rebuilt first, 3 every queue slot is taken); remaining counts every group's buffer;
--- cap_parked and rate_parked count the groups this call set aside at their cap or out
--- of tokens; retry_after_ms > 0 when tokens (the queue's, or every ready group's) are
--- what stopped the pop, and says when the next one is due.
+-- cap_overrides, id1, score1, group1, ...}; status as pop.lua's (0 ok, 1 paused, 2
+-- slots must be rebuilt first, 3 every queue slot is taken); remaining counts every
+-- group's buffer; cap_parked and rate_parked count the groups this call set aside at
+-- their cap or out of tokens; cap_overrides is 1 when some group's overrides set a
+-- cap (so its tasks' releases matter even when neither default caps), else 0;
+-- retry_after_ms > 0 when tokens (the queue's, or every ready group's) are what
+-- stopped the pop, and says when the next one is due.
 local want = tonumber(ARGV[1])
 local qrate = tonumber(ARGV[2])
 local qburst = tonumber(ARGV[3])
@@ -59,9 +61,13 @@ local overrides = tonumber(st0[2] or '0') > 0
 local capOverrides = tonumber(st0[3] or '0') > 0
 local parked = st0[4] == '1'
 local buffered = tonumber(st0[5] or '0')
+local capFlag = 0
+if capOverrides then
+  capFlag = 1
+end
 
 if ARGV[5] == '1' then
-  return {1, 0, now_us, buffered, 0, 0}
+  return {1, 0, now_us, buffered, 0, 0, capFlag}
 end
 
 -- Levels follow the level weight (priority aging: a change rebuilds them). When the
@@ -83,7 +89,7 @@ end
 
 if qcap > 0 or dcap > 0 or capOverrides then
   if redis.call('EXISTS', KEYS[4]) == 0 then
-    return {2, 0, now_us, buffered, 0, 0}
+    return {2, 0, now_us, buffered, 0, 0, capFlag}
   end
 end
 
@@ -91,7 +97,7 @@ local allowed = want
 if qcap > 0 then
   allowed = math.min(allowed, qcap - redis.call('ZCARD', KEYS[3]))
   if allowed <= 0 then
-    return {3, 0, now_us, buffered, 0, 0}
+    return {3, 0, now_us, buffered, 0, 0, capFlag}
   end
 end
 
@@ -134,7 +140,7 @@ local function settings(g)
   return c
 end
 
-local out = {0, 0, 0, 0, 0, 0}
+local out = {0, 0, 0, 0, 0, 0, capFlag}
 local n, taken, cap_parked, rate_parked = 0, 0, 0, 0
 if allowed > 0 and parked then
   wake(clock(), W)
@@ -154,10 +160,14 @@ while n < allowed do
     local g, pass = first[1], tonumber(first[2])
     local st = settings(g)
     local blocked = false
-    if st.cap > 0 and redis.call('ZCARD', P .. 'r:' .. g) >= st.cap then
-      park(g, ls, pass, AT_CAP)
-      cap_parked = cap_parked + 1
-      blocked = true
+    local held = 0
+    if st.cap > 0 then
+      held = redis.call('ZCARD', P .. 'r:' .. g)
+      if held >= st.cap then
+        park(g, ls, pass, AT_CAP)
+        cap_parked = cap_parked + 1
+        blocked = true
+      end
     end
     local tokens = 0
     local bkey = P .. 'k:' .. g
@@ -177,10 +187,39 @@ while n < allowed do
       end
     end
     if not blocked then
-      local e = redis.call('ZPOPMIN', P .. 'b:' .. g)
-      if #e > 0 then
+      -- One turn takes one id. A group alone at its level takes every turn until
+      -- its head leaves the level or a limit stops it, so it takes them at once:
+      -- up to the room left under its cap and its whole tokens, in one ZPOPMIN
+      -- (ids past the level go back). The same ids, in the same order, as one at a
+      -- time.
+      local k = 1
+      if #first == 2 then
+        k = allowed - n
+        if st.cap > 0 then
+          k = math.min(k, st.cap - held)
+        end
+        if st.rate > 0 then
+          k = math.min(k, math.floor(tokens))
+        end
+      end
+      local e = redis.call('ZPOPMIN', P .. 'b:' .. g, k)
+      local got = 0
+      for i = 1, #e, 2 do
+        local id = e[i]
+        if i > 1 then
+          local _, els = level_of(e[i + 1], W)
+          if els ~= ls then
+            -- Past the level: back in the buffer, with the rest.
+            local back = {}
+            for x = i, #e, 2 do
+              back[#back + 1] = e[x + 1]
+              back[#back + 1] = e[x]
+            end
+            redis.call('ZADD', P .. 'b:' .. g, unpack(back))
+            break
+          end
+        end
         taken = taken + 1
-        local id = e[1]
         -- An id that already holds a slot is a stale duplicate (see pop.lua): dropped
         -- before anything is charged.
         local dup = false
@@ -199,19 +238,22 @@ while n < allowed do
         end
         if not dup then
           n = n + 1
+          got = got + 1
           out[#out + 1] = id
-          out[#out + 1] = e[2]
+          out[#out + 1] = e[i + 1]
           out[#out + 1] = g
-          if st.rate > 0 then
-            redis.call('HSET', bkey, 'tokens', fmt(tokens - 1), 'ts_us', string.format('%.0f', clock()))
-            if ARGV[10] == '0' then
-              -- An idle bucket refills to burst in burst/rate s: keep it no longer. (Not
-              -- under a test clock: the expiry would run on Redis's own.)
-              redis.call('PEXPIRE', bkey, math.ceil(st.burst / st.rate * 1000) + 1000)
-            end
-          end
-          pass = pass + 1 / st.w
         end
+      end
+      if got > 0 then
+        if st.rate > 0 then
+          redis.call('HSET', bkey, 'tokens', fmt(tokens - got), 'ts_us', string.format('%.0f', clock()))
+          if ARGV[10] == '0' then
+            -- An idle bucket refills to burst in burst/rate s: keep it no longer. (Not
+            -- under a test clock: the expiry would run on Redis's own.)
+            redis.call('PEXPIRE', bkey, math.ceil(st.burst / st.rate * 1000) + 1000)
+          end
+        end
+        pass = pass + got / st.w
       end
       local s = head(g)
       if s == nil then
