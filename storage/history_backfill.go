@@ -17,6 +17,12 @@ var (
 	moveFinishedBatch            = mustLoad("move_finished_batch")
 	finishedInTasks              = mustLoad("finished_in_tasks")
 	ensureHistoryPartitionsSince = mustLoad("ensure_history_partitions_since")
+	finishedIndexesLeft          = mustLoad("finished_indexes_left")
+	dropFinishedIndex            = map[string]string{
+		"tasks_dead_idx":        mustLoad("drop_tasks_dead_idx"),
+		"tasks_finished_idx":    mustLoad("drop_tasks_finished_idx"),
+		"tasks_idempotency_idx": mustLoad("drop_tasks_idempotency_idx"),
+	}
 )
 
 // MoveBatch is what one MoveFinishedBatch did.
@@ -77,4 +83,34 @@ func (s *Store) MoveFinishedBatch(ctx context.Context, from, blocks int64, timeo
 		return MoveBatch{}, fmt.Errorf("move finished tasks of blocks %d to %d into history: %w", from, from+blocks, err)
 	}
 	return b, nil
+}
+
+// DropFinishedIndexes drops the indexes of tasks that only finished rows need
+// (migration 0027: tasks_dead_idx, tasks_finished_idx, tasks_idempotency_idx) that
+// are still there, one DROP INDEX CONCURRENTLY each, so the queue's writes go on
+// meanwhile; it returns the names it dropped. The caller runs it once tasks holds no
+// finished row. Idempotent: with none left it costs one catalog read; one whose drop
+// was interrupted (left invalid) goes on the next call.
+func (s *Store) DropFinishedIndexes(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, finishedIndexesLeft)
+	if err != nil {
+		return nil, fmt.Errorf("list the indexes of finished tasks left on tasks: %w", err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the indexes of finished tasks left on tasks: %w", err)
+	}
+	var dropped []string
+	for _, name := range left {
+		stmt, ok := dropFinishedIndex[name]
+		if !ok {
+			return dropped, fmt.Errorf("drop index %s: no statement for it", name)
+		}
+		// the simple protocol: one statement outside any transaction, as CONCURRENTLY requires
+		if _, err := s.pool.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return dropped, fmt.Errorf("drop index %s of finished tasks: %w", name, err)
+		}
+		dropped = append(dropped, name)
+	}
+	return dropped, nil
 }

@@ -228,6 +228,9 @@ func backfillHistory(ctx context.Context, store *storage.Store, w io.Writer) err
 	if p.Total > 0 {
 		fmt.Fprintln(w, p)
 	}
+	if len(p.IndexesDropped) > 0 {
+		fmt.Fprintf(w, "history: no finished task left in tasks: dropped %s\n", strings.Join(p.IndexesDropped, ", "))
+	}
 	if err != nil {
 		return fmt.Errorf("move finished tasks into history (run migrate again to resume; serve also moves them): %w", err)
 	}

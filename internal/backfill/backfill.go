@@ -16,6 +16,7 @@ type Store interface {
 	FinishedInTasks(ctx context.Context) (int64, time.Time, error)
 	EnsureHistoryPartitionsSince(ctx context.Context, since time.Time, lockTimeout time.Duration) (int, error)
 	MoveFinishedBatch(ctx context.Context, from, blocks int64, timeout time.Duration) (storage.MoveBatch, error)
+	DropFinishedIndexes(ctx context.Context) ([]string, error)
 }
 
 // Config tunes a Mover. Zero fields take the defaults.
@@ -73,6 +74,9 @@ type Progress struct {
 	Last    storage.MoveBatch
 	// Elapsed is the time since the run started.
 	Elapsed time.Duration
+	// IndexesDropped names the indexes of tasks that only finished rows needed
+	// (migration 0027) which the run dropped once it left none.
+	IndexesDropped []string
 }
 
 // Rate is the rows moved per second so far.
@@ -120,7 +124,9 @@ var ErrRowsHeld = errors.New("finished tasks left in tasks, held by other transa
 
 // MoveAll moves every finished task in tasks into history, pass after pass, and
 // returns the progress at the end: Left is zero then, unless the error says why
-// not (ErrRowsHeld when a pass moved nothing of what was left).
+// not (ErrRowsHeld when a pass moved nothing of what was left). Once none is left,
+// it drops the indexes of tasks that only finished rows needed, if they are still
+// there (storage.Store.DropFinishedIndexes): the hot queue stops paying for them.
 func (m *Mover) MoveAll(ctx context.Context) (Progress, error) {
 	start := time.Now()
 	var p Progress
@@ -153,8 +159,12 @@ func (m *Mover) MoveAll(ctx context.Context) (Progress, error) {
 			return p, fmt.Errorf("%w: %d", ErrRowsHeld, p.Left)
 		}
 	}
+	// A replica of an older release may finish a task into tasks right after the
+	// count: the indexes only spare reads of such rows a scan, and the next run
+	// moves them.
+	p.IndexesDropped, err = m.store.DropFinishedIndexes(ctx)
 	p.Elapsed = time.Since(start)
-	return p, nil
+	return p, err
 }
 
 // pass reads tasks' heap once, batch after batch, from the first block to the last.
@@ -221,6 +231,9 @@ func (m *Mover) Run(ctx context.Context) error {
 		case p.Moved > 0:
 			m.log.Info("finished tasks left in tasks by an older release moved into history", "moved", p.Moved,
 				"attempts", p.Attempts, "took", p.Elapsed.Round(time.Millisecond).String())
+		}
+		if len(p.IndexesDropped) > 0 {
+			m.log.Info("no finished task left in tasks: its indexes of finished tasks dropped", "indexes", p.IndexesDropped)
 		}
 		select {
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -269,4 +270,80 @@ func TestRunWaitsOutHeldRows(t *testing.T) {
 		t.Fatal("Run did not return when its context ended")
 	}
 	checkMoved(t, pool, before)
+}
+
+// finishedIndexes are the indexes of tasks that only its finished rows need, as a
+// release before migration 0027 had them.
+var finishedIndexes = map[string]string{
+	"tasks_dead_idx":        `CREATE INDEX tasks_dead_idx ON tasks (queue, finished_at DESC, id DESC) WHERE status = 'dead'`,
+	"tasks_finished_idx":    `CREATE INDEX tasks_finished_idx ON tasks (finished_at) WHERE status IN ('done', 'cancelled')`,
+	"tasks_idempotency_idx": `CREATE UNIQUE INDEX tasks_idempotency_idx ON tasks (queue, idempotency_key) WHERE idempotency_key IS NOT NULL`,
+}
+
+func indexesLeft(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	return count(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'tasks'
+		AND indexname IN ('tasks_dead_idx', 'tasks_finished_idx', 'tasks_idempotency_idx')`)
+}
+
+// TestFinishedIndexesGoOnceNoFinishedTaskIsLeft: migration 0027 drops tasks' indexes
+// of finished rows on a database whose tasks holds none, and keeps them on one that
+// still holds an older release's finished tasks; the mover keeps them while it
+// moves, drops them once none is left, and a later run has none to drop.
+func TestFinishedIndexesGoOnceNoFinishedTaskIsLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t)
+	if n := indexesLeft(t, pool); n != 0 {
+		t.Fatalf("a new database has %d of the indexes of finished tasks, want none", n)
+	}
+	// An upgraded database: the indexes and finished tasks of a release before 0027,
+	// which then applies.
+	for _, ddl := range finishedIndexes {
+		exec(t, pool, ddl)
+	}
+	insertOldRelease(t, pool, 400)
+	exec(t, pool, `DELETE FROM taskforge_migrations WHERE version = 27`)
+	if applied, err := migrations.Apply(ctx, pool); err != nil || len(applied) != 1 || applied[0] != 27 {
+		t.Fatalf("migrations applied %v, %v; want [27]", applied, err)
+	}
+	if n := indexesLeft(t, pool); n != 3 {
+		t.Fatalf("0027 left %d of the 3 indexes of finished tasks beside finished rows", n)
+	}
+	before := take(t, pool)
+	var during []int64
+	m := backfill.New(store, backfill.Config{BatchBlocks: 2, OnBatch: func(backfill.Progress) {
+		during = append(during, indexesLeft(t, pool))
+	}}, quiet)
+	p, err := m.MoveAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMoved(t, pool, before)
+	for i, n := range during {
+		if n != 3 {
+			t.Fatalf("batch %d: %d of the 3 indexes left while finished tasks were", i, n)
+		}
+	}
+	if want := []string{"tasks_dead_idx", "tasks_finished_idx", "tasks_idempotency_idx"}; !slices.Equal(p.IndexesDropped, want) {
+		t.Errorf("dropped %v, want %v", p.IndexesDropped, want)
+	}
+	if n := indexesLeft(t, pool); n != 0 {
+		t.Errorf("%d of the indexes of finished tasks left after the move", n)
+	}
+	again, err := m.MoveAll(ctx)
+	if err != nil || len(again.IndexesDropped) != 0 {
+		t.Errorf("second run: dropped %v, %v; want nothing", again.IndexesDropped, err)
+	}
+	// A database already drained when 0027 applies loses them in the migration.
+	for _, ddl := range finishedIndexes {
+		exec(t, pool, ddl)
+	}
+	exec(t, pool, `DELETE FROM taskforge_migrations WHERE version = 27`)
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if n := indexesLeft(t, pool); n != 0 {
+		t.Errorf("0027 on a drained database left %d of the indexes of finished tasks", n)
+	}
 }

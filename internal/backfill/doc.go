@@ -13,11 +13,15 @@
 // another transaction held, or that an update moved behind the pass), and passes
 // again until nothing is.
 //
-// Nothing runs the mover yet: moving finished tasks out of tasks is only right once
-// every read sees history too and every transition that finishes a task moves it
-// there (migration 0023); that release runs it from `taskforge migrate`, after the
+// Moving finished tasks out of tasks is only right once every read sees history too
+// and every transition that finishes a task moves it there (migration 0023); from
+// then on it runs from `taskforge migrate`, after the
 // schema migrations, and from `taskforge serve` in the background. Several movers
 // at once (replicas) are safe: a row is moved by one of them, never twice.
+//
+// Once a run leaves no finished task in tasks, the mover drops the indexes of tasks
+// that only finished rows needed (migration 0027 leaves them to it on a database that
+// still held finished rows), concurrently, so the live queue stops paying for them.
 //
 // The mover changes no task's status and touches nothing in Redis (a finished task
 // has no entry there), so it is no lifecycle transition; it must never move an
