@@ -212,8 +212,9 @@ func readStats(ctx context.Context, tx pgx.Tx, queues []string) (map[string]Stat
 }
 
 // TallyDrift counts queue's tasks the slow way (count(*), a full scan of the
-// queue's rows: for tests and operators, never a request path) and returns, per
-// status, how far the kept count is off; empty when it is exact.
+// queue's rows, finished ones in history included: for tests and for operators'
+// `taskforge queue check-counts`, never a request path) and returns, per status,
+// how far the kept count is off (kept minus counted); empty when it is exact.
 func (s *Store) TallyDrift(ctx context.Context, queue string) (map[string]int64, error) {
 	drift := map[string]int64{}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {

@@ -13,12 +13,12 @@ import (
 	"github.com/taskforge/taskforge/client"
 )
 
-// queueCommand is `taskforge queue create|list|get|update|pause|resume|delete`.
+// queueCommand is `taskforge queue create|list|get|update|pause|resume|delete|check-counts`.
 func queueCommand() *cobra.Command {
 	o := &cliOptions{}
 	return clientGroup(o, "queue", "Create, inspect, change, pause and delete queues",
 		queueCreateCommand(o), queueListCommand(o), queueGetCommand(o), queueUpdateCommand(o),
-		queuePauseCommand(o, true), queuePauseCommand(o, false), queueDeleteCommand(o))
+		queuePauseCommand(o, true), queuePauseCommand(o, false), queueDeleteCommand(o), queueCheckCountsCommand(o))
 }
 
 // queueFlags are the settings flags of create and update.
