@@ -30,18 +30,21 @@ func (r *runner) poll(ctx context.Context) error {
 			continue
 		}
 		sent := time.Now()
+		asked := min(p.want, maxPollTasks)
 		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
-			MaxTasks: min(p.want, maxPollTasks), Wait: r.cfg.PollWait, Prefetch: p.prefetch, Acks: ackItems(p.acks)})
+			MaxTasks: asked, Wait: r.cfg.PollWait, Prefetch: p.prefetch, Acks: ackItems(p.acks)})
 		recv := r.clock.Now()
 		r.settlePollAcks(p.acks, res, err)
-		if err == nil && len(res.Tasks) > 0 {
+		if err == nil {
 			jobs := make([]*job, len(res.Tasks))
 			for i, t := range res.Tasks {
 				jobs[i] = r.newJob(t, recv, date)
 			}
 			r.held.Add(len(jobs))
-			r.slots.claim(jobs)
-			r.beats.learn(jobs[0].interval)
+			r.slots.claim(jobs, len(jobs) < asked)
+			if len(jobs) > 0 {
+				r.beats.learn(jobs[0].interval)
+			}
 		}
 		r.event(EventPolled, "", err)
 		if err != nil {

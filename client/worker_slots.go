@@ -22,7 +22,10 @@ type slots struct {
 	// it for acks it held for a poll that did not come within pollAckHold.
 	ackAlone func([]*job)
 
-	claimed  chan []*job
+	// clock times the hold of acks left to a poll (WorkerConfig.Clock).
+	clock Clock
+
+	claimed  chan claimEvent
 	returned chan returnEvent
 	dropped  chan *job
 	plans    chan chan pollPlan
@@ -42,6 +45,13 @@ const (
 	jobRunning                   // its handler runs
 	jobReporting                 // its handler returned; the report is on its way
 )
+
+// claimEvent is a poll's answer: the jobs it claimed, and whether it brought fewer
+// than it asked for (the queue had no more due work to give it).
+type claimEvent struct {
+	jobs  []*job
+	short bool
+}
 
 // returnEvent tells the keeper a handler returned after running for ran (0 when it
 // did not run); when ackByPoll is set, the keeper may hand the ack to the next
@@ -70,12 +80,14 @@ type heldJob struct {
 // flight has not returned: several polls' round trips on a loaded server when the
 // queue has work (10 ms let a quarter of the acks of a test under -race go
 // alone), and short beside a lease, or the 30 s a poll may wait, when it has none.
+// After a poll that came back short the queue has run dry, the poll in flight is
+// likely waiting for work, and an ack goes at once instead (lastShort).
 const pollAckHold = 50 * time.Millisecond
 
 func newSlots(cfg WorkerConfig, execute func(*job), forget func(*job), ackAlone func([]*job), quit <-chan struct{}) *slots {
 	return &slots{concurrency: cfg.Concurrency, prefetch: cfg.Prefetch, prefetchBelow: cfg.PrefetchBelow,
-		execute: execute, forget: forget, ackAlone: ackAlone,
-		claimed: make(chan []*job), returned: make(chan returnEvent), dropped: make(chan *job),
+		execute: execute, forget: forget, ackAlone: ackAlone, clock: cfg.Clock,
+		claimed: make(chan claimEvent), returned: make(chan returnEvent), dropped: make(chan *job),
 		plans: make(chan chan pollPlan), holding: make(chan chan []*job), gone: make(chan chan []*job),
 		stopping: make(chan chan []heldJob), freed: make(chan struct{}, 1), quit: quit}
 }
@@ -94,27 +106,31 @@ type slotState struct {
 	// them within pollAckHold (it is waiting for work), they go alone (holdUntil).
 	pollerIdle bool
 	pollerGone bool // the poll loop has ended: acks go alone
-	pollAcks   []*job
-	holdUntil  *time.Timer   // running while pollAcks wait for a poll in flight
-	avgRun     time.Duration // moving average of handler durations; 0 until one returned
+	// ackPollOut: the poll in flight carries acks, so the server answers it without
+	// waiting for work and the next poll follows at once.
+	ackPollOut bool
+	// lastShort: the last poll answered brought fewer tasks than it asked for, so
+	// the one in flight, unless it carries acks, is likely waiting for work: acks
+	// go alone at once.
+	lastShort bool
+	pollAcks  []*job
+	holdUntil <-chan time.Time // set while pollAcks wait for a poll in flight
+	avgRun    time.Duration    // moving average of handler durations; 0 until one returned
 }
 
 // run serves events until quit closes.
 func (s *slots) run() {
 	st := &slotState{active: map[*job]jobState{}}
 	for {
-		var held <-chan time.Time
-		if st.holdUntil != nil {
-			held = st.holdUntil.C
-		}
 		select {
-		case <-held:
+		case <-st.holdUntil:
 			st.holdUntil = nil
 			acks := st.pollAcks
 			st.pollAcks = nil
 			s.ackAlone(acks)
-		case jobs := <-s.claimed:
-			for _, j := range jobs {
+		case ev := <-s.claimed:
+			st.lastShort = ev.short
+			for _, j := range ev.jobs {
 				st.active[j] = jobWaiting
 				st.waiting = append(st.waiting, j)
 			}
@@ -132,6 +148,7 @@ func (s *slots) run() {
 			p.want, p.prefetch = s.pollSize(st)
 			st.pollerIdle = p.want <= 0
 			p.acks, st.pollAcks = st.pollAcks, nil
+			st.ackPollOut = !st.pollerIdle && len(p.acks) > 0
 			st.stopHold()
 			reply <- p
 		case reply := <-s.holding:
@@ -190,24 +207,19 @@ func (s *slots) handlerReturned(st *slotState, ev returnEvent) (handed bool) {
 		st.active[ev.job] = jobReporting
 		st.running--
 		st.reporting++
-		if ev.ackByPoll && !st.pollerGone && len(st.pollAcks) < maxPollTasks {
+		if ev.ackByPoll && !st.pollerGone && len(st.pollAcks) < maxPollTasks && (st.pollerIdle || st.ackPollOut || !st.lastShort) {
 			st.pollAcks = append(st.pollAcks, ev.job)
 			handed = true
 			if !st.pollerIdle && st.holdUntil == nil {
-				st.holdUntil = time.NewTimer(pollAckHold)
+				st.holdUntil = s.clock.After(pollAckHold)
 			}
 		}
 	}
 	return handed
 }
 
-// stopHold stops the wait of held acks (they left with a poll, or will go alone).
-func (st *slotState) stopHold() {
-	if st.holdUntil != nil {
-		st.holdUntil.Stop()
-		st.holdUntil = nil
-	}
-}
+// stopHold ends the wait of held acks (they left with a poll, or will go alone).
+func (st *slotState) stopHold() { st.holdUntil = nil }
 
 // drop forgets j, releasing its slot.
 func (s *slots) drop(st *slotState, j *job) {
@@ -246,8 +258,9 @@ func (s *slots) wakePoller() {
 	}
 }
 
-// claim hands the keeper jobs a poll claimed; each runs as soon as a slot is free.
-func (s *slots) claim(jobs []*job) { s.claimed <- jobs }
+// claim hands the keeper the jobs a poll claimed (each runs as soon as a slot is
+// free) and whether the poll came back short of what it asked for.
+func (s *slots) claim(jobs []*job, short bool) { s.claimed <- claimEvent{jobs: jobs, short: short} }
 
 // handlerDone tells the keeper j's handler returned (see handlerReturned).
 func (s *slots) handlerDone(j *job, ran time.Duration, ackByPoll bool) (handed bool) {

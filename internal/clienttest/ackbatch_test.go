@@ -206,37 +206,91 @@ func (p *pollCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return p.next.RoundTrip(r)
 }
 
-// TestWorkerHeldAckDoesNotWaitForALongPoll: a handler returning while the poll out
-// waits for work (30 s: the queue is empty) holds its ack for that poll only
-// briefly; the ack then goes alone, and the task ends long before the poll returns.
+// TestWorkerHeldAckDoesNotWaitForALongPoll: an ack held for the poll in flight
+// goes alone once the hold has run out, when that poll is waiting for work. The
+// first poll brings both tasks it asked for (the queue still had work); the first
+// task fails, and its freed slot sends a poll without acks that waits 30 s; the
+// second task returns while that poll is out, so its ack is held.
 func TestWorkerHeldAckDoesNotWaitForALongPoll(t *testing.T) {
 	t.Parallel()
+	s, c, polls := heldAckServer(t)
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, "q", client.NewTask{Payload: "fail"}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Enqueue(ctx, "q", client.NewTask{Payload: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	cfg := workerConfig("held", 2)
+	cfg.PollWait, cfg.Clock = 30*time.Second, clock
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(_ context.Context, j *client.Job) error {
+		if string(j.Payload) == `"fail"` {
+			return client.Permanent(errors.New("fails at once"))
+		}
+		testserver.Eventually(t, 10*time.Second, "a second poll out", func() bool { return polls.sent.Load() >= 2 })
+		return nil
+	})
+	start(t, w)
+	// The keeper holds the ack for 50 ms (the SDK's pollAckHold) on the worker's clock.
+	clock.waits.WaitUntil(t, "the held ack's wait", func() bool { return clock.waitingFor(50*time.Millisecond) > 0 })
+	if n := requests(t, s, "/workers/ack") + requests(t, s, "/workers/ack/batch"); n != 0 {
+		t.Fatalf("%d ack requests before the hold ran out, want the ack held", n)
+	}
+	clock.Advance(time.Second)
+	// 20 s: well under the 30 s the held ack would wait for that poll.
+	waitTask(t, c, "q", task.ID, 20*time.Second, "the task done", func(tk *client.Task) bool { return tk.Status == client.StatusDone })
+	ackRequestsSettle(t, s, "the held ack sent alone once")
+}
+
+// TestWorkerAckAfterAShortPollGoesAtOnce: once a poll has brought fewer tasks than
+// it asked for, the queue has run dry and the poll in flight waits for work: an
+// ack goes alone at once, not after the hold. The worker's clock never moves, so a
+// held ack would wait for the 30 s poll.
+func TestWorkerAckAfterAShortPollGoesAtOnce(t *testing.T) {
+	t.Parallel()
+	s, c, polls := heldAckServer(t)
+	task, err := c.Enqueue(context.Background(), "q", client.NewTask{Payload: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := workerConfig("short", 2) // the first poll asks for 2 and brings 1
+	cfg.PollWait, cfg.Clock = 30*time.Second, newFakeClock()
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(context.Context, *client.Job) error {
+		testserver.Eventually(t, 10*time.Second, "a second poll out", func() bool { return polls.sent.Load() >= 2 })
+		return nil
+	})
+	start(t, w)
+	waitTask(t, c, "q", task.ID, 20*time.Second, "the task done", func(tk *client.Task) bool { return tk.Status == client.StatusDone })
+	ackRequestsSettle(t, s, "the ack sent alone once")
+}
+
+// ackRequestsSettle waits for the one ack request sent alone to be counted (the
+// server counts a request after its answer, which may come after the task is seen
+// done) and fails if more were sent.
+func ackRequestsSettle(t *testing.T, s *testserver.Instance, what string) {
+	t.Helper()
+	alone := func() int { return requests(t, s, "/workers/ack") + requests(t, s, "/workers/ack/batch") }
+	testserver.Eventually(t, 10*time.Second, what, func() bool { return alone() >= 1 })
+	if n := alone(); n != 1 {
+		t.Fatalf("%d ack requests, want %s", n, what)
+	}
+}
+
+// heldAckServer starts a server with queue q, and a client whose polls are counted.
+func heldAckServer(t *testing.T) (*testserver.Instance, *client.Client, *pollCounter) {
+	t.Helper()
 	s := testserver.Start(t, testserver.Options{})
 	polls := &pollCounter{next: http.DefaultTransport}
 	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{Transport: polls}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if _, err := c.CreateQueue(ctx, "q", client.QueueSettings{}); err != nil {
+	if _, err := c.CreateQueue(context.Background(), "q", client.QueueSettings{}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := c.Enqueue(ctx, "q", client.NewTask{Payload: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := workerConfig("held", 2) // a free slot keeps a second poll out
-	cfg.PollWait = 30 * time.Second
-	w := client.NewWorker(c, cfg)
-	w.Handle("q", func(context.Context, *client.Job) error {
-		// Return only once the poll after the one that brought this task is out.
-		testserver.Eventually(t, 10*time.Second, "a second poll out", func() bool { return polls.sent.Load() >= 2 })
-		return nil
-	})
-	start(t, w)
-	// 20 s: well under the 30 s the held ack would wait for that poll.
-	waitTask(t, c, "q", task.ID, 20*time.Second, "the task done", func(tk *client.Task) bool { return tk.Status == client.StatusDone })
-	if alone := requests(t, s, "/workers/ack") + requests(t, s, "/workers/ack/batch"); alone != 1 {
-		t.Fatalf("%d ack requests, want the held ack sent alone once", alone)
-	}
+	return s, c, polls
 }

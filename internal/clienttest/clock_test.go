@@ -81,6 +81,19 @@ func (c *fakeClock) waitWaiting(t *testing.T, what string) {
 }
 
 // Waiting is how many waits are pending.
+// waitingFor counts the pending waits that fall due d after now.
+func (c *fakeClock) waitingFor(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, w := range c.waiters {
+		if w.at.Sub(c.now) == d {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *fakeClock) Waiting() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 import taskforge
+import taskforge.worker as worker_module
 
 Start = Callable[..., Any]
 
@@ -175,10 +176,8 @@ def test_short_tasks_prefetch_and_ack_on_polls(
     assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
 
 
-def test_held_ack_does_not_wait_behind_a_long_poll(
-    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An ack held for the next poll goes alone when the poll out waits for work."""
+def _count_ack_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the worker's polls and the acks it sends alone."""
     calls = {"polls": 0, "alone": 0}
     orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch_minimal, taskforge.Client.poll
 
@@ -197,18 +196,58 @@ def test_held_ack_does_not_wait_behind_a_long_poll(
     monkeypatch.setattr(taskforge.Client, "ack", ack)
     monkeypatch.setattr(taskforge.Client, "ack_batch_minimal", ack_batch)
     monkeypatch.setattr(taskforge.Client, "poll", poll)
-    t = client.enqueue(queue, 1)
+    return calls
+
+
+def _wait_polls(calls: dict[str, int], n: int) -> None:
+    deadline = time.monotonic() + 10
+    while calls["polls"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_held_ack_does_not_wait_behind_a_long_poll(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ack held for the next poll goes alone when the poll out waits for work.
+
+    The first poll brings both tasks it asked for; the first fails, and its freed
+    slot sends a poll without acks that waits up to 30 s; the second task returns
+    while that poll is out, so its ack is held, then goes alone.
+    """
+    calls = _count_ack_calls(monkeypatch)
+    client.enqueue(queue, "fail")
+    t = client.enqueue(queue, "second")
 
     def handler(job: taskforge.Job) -> Any:
-        # Return once the poll after the one that brought this task is out (two
-        # slots: with one taken, a second poll goes out and waits up to 30 s).
-        deadline = time.monotonic() + 10
-        while calls["polls"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        if job.payload == "fail":
+            raise taskforge.PermanentError("fails at once")
+        _wait_polls(calls, 2)
         return None
 
     start_worker(queue, handler, concurrency=2, poll_wait=30.0)
     # 20 s: well under the 30 s the held ack would wait for that poll.
+    assert client.wait_task(queue, t.id, timeout=20).status == "done"
+    assert calls["alone"] == 1, calls
+
+
+def test_ack_after_a_short_poll_goes_at_once(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a poll that brought fewer tasks than it asked for, an ack is not held.
+
+    The hold is stretched past the test's wait, so only an ack sent at once ends the
+    task in time.
+    """
+    monkeypatch.setattr(worker_module, "_POLL_ACK_HOLD", 60.0)
+    calls = _count_ack_calls(monkeypatch)
+    t = client.enqueue(queue, 1)
+
+    def handler(job: taskforge.Job) -> Any:
+        # Two slots: the first poll asks for 2 and brings 1; the next waits up to 30 s.
+        _wait_polls(calls, 2)
+        return None
+
+    start_worker(queue, handler, concurrency=2, poll_wait=30.0)
     assert client.wait_task(queue, t.id, timeout=20).status == "done"
     assert calls["alone"] == 1, calls
 

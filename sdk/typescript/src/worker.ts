@@ -298,6 +298,11 @@ class Run {
   #ackPollOut = false;
   /** A poll is out: an ack waits for the next one, up to POLL_ACK_HOLD_MS (#holdTimer) unless #ackPollOut. */
   #pollOut = false;
+  /**
+   * The last poll answered brought fewer tasks than it asked for: the queue ran dry,
+   * so a poll out without acks is likely waiting for work and an ack goes at once.
+   */
+  #lastShort = false;
   #holdTimer: ReturnType<typeof setTimeout> | undefined;
   #pollerGone = false;
   #pollAcks: Held[] = [];
@@ -329,6 +334,7 @@ class Run {
         continue;
       }
       const sent = Date.now();
+      const asked = Math.min(want, MAX_POLL_TASKS);
       this.#ackPollOut = acks.length > 0;
       this.#pollOut = true;
       const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
@@ -337,7 +343,7 @@ class Run {
       let err: unknown;
       try {
         const a = await this.#c.pollAnswer({
-          worker_id: this.#o.id, queues: this.#queues, max_tasks: Math.min(want, MAX_POLL_TASKS), wait_ms: this.#o.pollWaitMs,
+          worker_id: this.#o.id, queues: this.#queues, max_tasks: asked, wait_ms: this.#o.pollWaitMs,
           ...(prefetch ? { prefetch: true } : {}), ...(acks.length ? { acks: ackItems(acks) } : {}),
         }, { signal: t.signal });
         res = a.body;
@@ -364,6 +370,7 @@ class Run {
         continue;
       }
       b.reset();
+      this.#lastShort = (res.tasks?.length ?? 0) < asked;
       for (const task of res.tasks ?? []) this.#start(task, recv, date);
       const retryAfterMs = res.retry_after_ms ?? 0;
       if ((res.tasks?.length ?? 0) === 0 && retryAfterMs > 0 && Date.now() - sent < this.#o.pollWaitMs / 2) {
@@ -548,7 +555,9 @@ class Run {
    * to prefetch (ran is 0 when the handler did not run). When ackByPoll is set and
    * the poller is idle, the poll the freed slot sets off carries j's ack; so does the
    * next poll when the one out carries acks (it answers without waiting, and the next
-   * follows at once). Then it returns true, and the poller marks j done.
+   * follows at once), or when the last poll brought all it asked for (the one out is
+   * held for up to POLL_ACK_HOLD_MS; after a short poll the ack goes at once). Then it
+   * returns true, and the poller marks j done.
    */
   #handlerReturned(j: Held, ran: number, ackByPoll: boolean): boolean {
     if (ran > 0) this.#avgRun = this.#avgRun === 0 ? ran : this.#avgRun + (ran - this.#avgRun) / 5;
@@ -556,7 +565,8 @@ class Run {
     if (this.#active.has(j) && j.state === "running") {
       j.state = "reporting";
       this.#running--;
-      if (ackByPoll && (this.#pollerIdle || this.#pollOut) && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
+      const pollComing = this.#pollerIdle || (this.#pollOut && (this.#ackPollOut || !this.#lastShort));
+      if (ackByPoll && pollComing && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
         this.#pollAcks.push(j);
         handed = true;
         if (this.#pollOut && !this.#ackPollOut && this.#holdTimer === undefined) {

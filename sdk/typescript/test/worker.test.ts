@@ -108,6 +108,32 @@ test("an ack held for the next poll does not wait behind a poll waiting for work
   assert.equal(alone, 1, "the held ack went alone, once");
 });
 
+test("after a full poll, an ack is held for the poll out, then goes alone when that poll waits for work", async () => {
+  const q = await freshQueue("heldfull");
+  let polls = 0;
+  let alone = 0;
+  const counting: typeof fetch = (input, init) => {
+    const path = new URL(String(input)).pathname;
+    if (path === "/workers/poll") polls++;
+    if (path === "/workers/ack" || path === "/workers/ack/batch") alone++;
+    return fetch(input, init);
+  };
+  const [, task] = await client.enqueueBatch(q, [{ payload: "fail" }, { payload: "second" }]);
+  // The first poll brings both tasks it asked for; the failing one frees its slot, and
+  // a poll without acks goes out and waits up to 30 s while the second returns.
+  const w = new Worker(new Client(url, { fetch: counting }), { concurrency: 2, pollWaitMs: 30_000, shutdownGraceMs: 1_000, logger: logger() });
+  w.handle(q, async (job) => {
+    if (job.payload === "fail") throw new PermanentError("fails at once");
+    await eventually("a second poll out", 10_000, () => polls >= 2);
+    return null;
+  });
+  const r = start(w);
+  // 20 s: well under the 30 s the held ack would wait for that poll.
+  await waitAll(q, [task!.id], "done", 20_000);
+  await r.stop();
+  assert.equal(alone, 1, "the held ack went alone, once");
+});
+
 test("acks queued behind one in flight go as one minimal batch (Prefer: return=minimal)", async () => {
   const q = await freshQueue("ackbatch");
   const batches: { n: number; prefer: string | null; applied: string | null }[] = [];

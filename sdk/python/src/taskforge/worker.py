@@ -355,8 +355,13 @@ class _Runner:
         # A handler's ack waits for the next poll (poll_acks): the one its freed
         # slot sets off when the poller is idle, else the one after the poll out
         # (poll_out), for at most _POLL_ACK_HOLD (hold_timer): the poll out may be
-        # waiting for work. Serve commits a poll's acks with its claim.
+        # waiting for work. Serve commits a poll's acks with its claim. A poll that
+        # carries acks (ack_poll_out) is answered at once; after a poll that brought
+        # fewer tasks than it asked for (last_short) the queue has run dry, the poll
+        # out is likely waiting for work, and an ack goes at once instead.
         self.poll_out = False
+        self.ack_poll_out = False
+        self.last_short = False
         self.hold_timer: threading.Timer | None = None
         self.poll_acks: list[Job] = []
         self.avg_run = 0.0
@@ -409,6 +414,7 @@ class _Runner:
                     self.poll_out = want > 0
                     self.stop_hold_locked()
                     acks, self.poll_acks = self.poll_acks, []
+                    self.ack_poll_out = self.poll_out and bool(acks)
                     if want <= 0 and not acks:
                         self.cond.wait()
                         continue
@@ -416,9 +422,10 @@ class _Runner:
                     self.ack_alone(acks)
                     continue
                 sent = time.monotonic()
+                asked = min(want, _MAX_POLL_TASKS)
                 try:
                     try:
-                        res = self.pc.poll(self.id, self.queues, max_tasks=min(want, _MAX_POLL_TASKS),
+                        res = self.pc.poll(self.id, self.queues, max_tasks=asked,
                                            wait_ms=int(self.w.poll_wait * 1000), prefetch=prefetch,
                                            acks=[self.ack_item(j) for j in acks] or None)
                     finally:
@@ -445,6 +452,8 @@ class _Runner:
                     self.sleep_unless_stopping(d)
                     continue
                 recv = time.monotonic()
+                with self.cond:
+                    self.last_short = len(res.tasks) < asked
                 self.settle_poll_acks(acks, res.acks)
                 b.reset()
                 for t in res.tasks:
@@ -608,7 +617,8 @@ class _Runner:
                 j.state = _REPORTING
                 self.running -= 1
                 self.reporting += 1
-                if (ack_by_poll and (self.poller_idle or self.poll_out) and not self.poller_gone
+                poll_coming = self.poller_idle or (self.poll_out and (self.ack_poll_out or not self.last_short))
+                if (ack_by_poll and poll_coming and not self.poller_gone
                         and len(self.poll_acks) < _MAX_POLL_TASKS):
                     self.poll_acks.append(j)
                     handed = True
