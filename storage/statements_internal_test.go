@@ -134,3 +134,78 @@ func unusedStatementVars(t *testing.T) map[string]bool {
 	}
 	return loaded
 }
+
+// variantPairs are the statements kept in two variants that differ only in the
+// columns they read back (each variant's header cites the figure that keeps it):
+// in the column list of the clause that starts at the last occurrence of clause
+// (RETURNING or SELECT) within the part of the body after the last occurrence of
+// within, up to end.
+var variantPairs = []struct {
+	whole, refs         string
+	within, clause, end string
+}{
+	{whole: "enqueue_tasks", refs: "enqueue_task_refs", within: "\n), ins AS (", clause: "RETURNING ", end: "\n), tallied AS ("},
+	{whole: "ack_plain_tasks", refs: "ack_plain_task_refs", within: "\n)\nSELECT ", clause: "SELECT ", end: " FROM acked"},
+}
+
+// columnList matches a list of columns: names, casts and aliases (no operator,
+// call or parenthesis), and notCase a CASE, so that no rule hides in the list.
+var (
+	columnList = regexp.MustCompile(`^[A-Za-z0-9_.:\s,]+$`)
+	notCase    = regexp.MustCompile(`\b(CASE|WHEN|THEN|ELSE|END)\b`)
+)
+
+// TestVariantsShareTheirStatement: each statement kept in two variants is written
+// once in effect: the variants' SQL is identical apart from the header comment and
+// the column list they read back, so that a change of the rule made to one and not
+// the other fails here.
+func TestVariantsShareTheirStatement(t *testing.T) {
+	for _, p := range variantPairs {
+		whole := maskColumns(t, p.whole, statements[p.whole], p.within, p.clause, p.end)
+		refs := maskColumns(t, p.refs, statements[p.refs], p.within, p.clause, p.end)
+		if whole == refs {
+			continue
+		}
+		a, b := strings.Split(whole, "\n"), strings.Split(refs, "\n")
+		for i := 0; i < max(len(a), len(b)); i++ {
+			la, lb := lineAt(a, i), lineAt(b, i)
+			if la != lb {
+				t.Errorf("sql/%s.sql and sql/%s.sql differ beyond the columns they return, first at line %d of their SQL:\n%s\n%s",
+					p.whole, p.refs, i+1, la, lb)
+				break
+			}
+		}
+	}
+}
+
+func lineAt(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "(end)"
+}
+
+// maskColumns returns the SQL of statement name (body, without its header) with
+// the column list of its clause (see variantPairs) replaced by "…", failing the
+// test when the clause is not found or its list holds more than columns.
+func maskColumns(t *testing.T, name, body, within, clause, end string) string {
+	t.Helper()
+	body = statementBody(body)
+	from := strings.LastIndex(body, within)
+	if from < 0 {
+		t.Fatalf("sql/%s.sql: no %q", name, within)
+	}
+	start := strings.LastIndex(body[from:], clause)
+	if start < 0 {
+		t.Fatalf("sql/%s.sql: no %q after %q", name, clause, within)
+	}
+	start += from + len(clause)
+	n := strings.Index(body[start:], end)
+	if n < 0 {
+		t.Fatalf("sql/%s.sql: no %q after its %s", name, end, clause)
+	}
+	if cols := body[start : start+n]; !columnList.MatchString(cols) || notCase.MatchString(cols) {
+		t.Fatalf("sql/%s.sql: its %sholds more than columns: %q", name, clause, cols)
+	}
+	return body[:start] + "…" + body[start+n:]
+}

@@ -1,6 +1,8 @@
 -- name: ack_plain_task_refs
 -- ack_plain_task_refs is ack_plain_tasks returning the ack ref columns only, for acks
--- whose answer carries no task (a poll's, or a batch's with the minimal answer).
+-- whose answer carries no task (a poll's, or a batch's with the minimal answer). The
+-- two are the same SQL but for the final SELECT's columns: TestVariantsShareTheirStatement
+-- (statements_internal_test.go) fails when they differ elsewhere, so change both.
 --
 -- Kept beside ack_plain_tasks for one figure: serve's CPU for E1 with 16 batched
 -- workers, 1.03 and 0.88 s returning whole tasks, 0.81 and 0.79 s with this statement

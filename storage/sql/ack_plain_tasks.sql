@@ -5,6 +5,9 @@
 -- hot-path connection it appends its count deltas (tally_written_inline()): executing
 -- to done, and the attempt's outcome in its 10-second bucket.
 --
+-- ack_plain_task_refs is the same SQL but for the final SELECT's columns
+-- (TestVariantsShareTheirStatement checks it): change both.
+--
 -- Kept beside ack_tasks for one figure: PostgreSQL's CPU per single-task ack, 650 µs
 -- through ack_tasks, 240 µs through this statement on a hot-path connection (commit
 -- 94cee95).

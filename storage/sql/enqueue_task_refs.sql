@@ -1,32 +1,8 @@
 -- name: enqueue_task_refs
--- enqueue_tasks is an enqueue's whole write, one statement and one round trip (a commit
--- with it, outside a transaction). In order:
---
---   - q reads the queue's default budget and holds KEY SHARE, so that a concurrent
---     DeleteQueue waits for the enqueue to finish (and then sees its tasks). No queue,
---     no row in q, and nothing is inserted.
---   - When $13 asks, q also says whether tasks due now may go straight to the buffer:
---     the queue is not paused and holds no due task the dispatcher has yet to move (in
---     a fair queue, input asks that of each task's own group instead)
---     (one probe of tasks_dispatch_idx per priority level), so none jumps ahead of
---     older work. The ORDER BY is the index's own order, and keeps the probe on it:
---     without it, once ANALYZE has seen other queues' backlogs, the planner takes
---     LIMIT 1 for cheap on a sequential scan of the whole table (80 ms at 40,000 rows,
---     seconds at 2 million).
---   - ins inserts the batch in input order ($12: the schedule that fired them, or
---     NULL); those without a scheduled_at go in dispatched ('claimed') when q allows,
---     as the dispatcher would leave them, for the caller to mirror into the buffer.
---   - keyed reserves the batch's idempotency keys in idempotency_keys first; a task
---     whose key the queue already holds (a live or a finished task's) is skipped (ON
---     CONFLICT DO NOTHING waits for a concurrent inserter of the same key, so
---     concurrent identical requests create one task, and of two rows of one batch
---     with the same key the first goes in).
---   - tallied appends the count deltas on a hot-path connection (tally_written_inline()).
---   - wake notifies the dispatchers ($2 names the channel) when a task went in
---     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
---
--- enqueue_task_refs is the same write returning the task ref columns only, for
--- callers that answer with ids.
+-- enqueue_task_refs is enqueue_tasks (whose header says what each CTE does) returning
+-- the task ref columns only, for callers that answer with ids. The two are the same
+-- SQL but for the RETURNING list of ins: TestVariantsShareTheirStatement
+-- (statements_internal_test.go) fails when they differ elsewhere, so change both.
 --
 -- Kept beside enqueue_tasks for one figure: serve's CPU per preloaded task in
 -- 1,000-task batches, 8.8 µs returning whole tasks, 4.2 µs with this statement (commit

@@ -25,7 +25,9 @@
 --   - wake notifies the dispatchers ($2 names the channel) when a task went in
 --     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
 --
--- enqueue_task_refs is the same write returning fewer columns.
+-- enqueue_task_refs is the same write returning fewer columns: the two are the same SQL
+-- but for the RETURNING list of ins (TestVariantsShareTheirStatement checks it), so
+-- change both.
 --
 -- Parameters:
 --   $1 text: the queue
