@@ -80,11 +80,12 @@ func startReplica(t *testing.T) *testserver.Instance {
 
 // scenarioIDs is the JSON line a scenario prints.
 type scenarioIDs struct {
-	Ack    string `json:"ack"`
-	Nack   string `json:"nack"`
-	Fail   string `json:"fail"`
-	Replay string `json:"replay"`
-	Hold   string `json:"hold"`
+	Ack     string `json:"ack"`
+	Nack    string `json:"nack"`
+	Fail    string `json:"fail"`
+	Replay  string `json:"replay"`
+	Hold    string `json:"hold"`
+	Grouped string `json:"grouped"`
 }
 
 // TestConformance runs each language's scenario against its own replica and
@@ -124,7 +125,9 @@ func runScenario(t *testing.T, lang language) map[string][]string {
 	lang.setup(t, dir)
 	s := startReplica(t)
 	const queue = "conformance"
-	s.Must(201, "POST", "/queues", map[string]any{"name": queue})
+	// A fair queue: the scenario's grouped task and group settings go through the
+	// groups' paths; the other tasks are the queue's unnamed group.
+	s.Must(201, "POST", "/queues", map[string]any{"name": queue, "fairness": "round_robin"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	defer cancel()
@@ -147,7 +150,24 @@ func runScenario(t *testing.T, lang language) map[string][]string {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	return check(t, ctx, conn, ids)
+	histories := check(t, ctx, conn, ids)
+	checkGroup(t, s)
+	return histories
+}
+
+// checkGroup checks the group settings the scenario put, as the server reads them.
+func checkGroup(t *testing.T, s *testserver.Instance) {
+	t.Helper()
+	var o struct { // the group's overrides
+		Weight         *int `json:"weight"`
+		MaxConcurrency *int `json:"max_concurrency"`
+	}
+	if err := json.Unmarshal(s.Must(200, "GET", "/queues/conformance/groups/tenant-a", nil).Body, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Weight == nil || *o.Weight != 3 || o.MaxConcurrency == nil || *o.MaxConcurrency != 1 {
+		t.Errorf("group tenant-a: overrides weight %v, max_concurrency %v; want 3 and 1", deref(o.Weight), deref(o.MaxConcurrency))
+	}
 }
 
 // lastJSONLine decodes the scenario's output line.
@@ -167,9 +187,9 @@ func lastJSONLine(t *testing.T, out string) scenarioIDs {
 		t.Fatalf("scenario output %q is not the JSON line of ids: %v", last, err)
 	}
 	seen := map[string]bool{}
-	for _, id := range []string{ids.Ack, ids.Nack, ids.Fail, ids.Replay, ids.Hold} {
+	for _, id := range []string{ids.Ack, ids.Nack, ids.Fail, ids.Replay, ids.Hold, ids.Grouped} {
 		if id == "" || seen[id] {
-			t.Fatalf("scenario ids must be five distinct task ids: %+v", ids)
+			t.Fatalf("scenario ids must be six distinct task ids: %+v", ids)
 		}
 		seen[id] = true
 	}
@@ -185,6 +205,7 @@ type taskRow struct {
 	releases     int
 	maxRetries   int
 	replayedFrom *string
+	group        *string
 	history      []attemptRow
 }
 
@@ -206,9 +227,9 @@ func (r taskRow) statuses() []string {
 func readTask(t *testing.T, ctx context.Context, conn *pgx.Conn, id string) taskRow {
 	t.Helper()
 	var r taskRow
-	err := conn.QueryRow(ctx, `SELECT status, result, progress, attempts, releases, max_retries, replayed_from::text
+	err := conn.QueryRow(ctx, `SELECT status, result, progress, attempts, releases, max_retries, replayed_from::text, group_key
 		FROM all_tasks WHERE id = $1`, id).Scan(&r.status, &r.result, &r.progress, &r.attempts, &r.releases,
-		&r.maxRetries, &r.replayedFrom)
+		&r.maxRetries, &r.replayedFrom, &r.group)
 	if err != nil {
 		t.Fatalf("read task %s: %v", id, err)
 	}
@@ -246,11 +267,11 @@ func check(t *testing.T, ctx context.Context, conn *pgx.Conn, ids scenarioIDs) m
 	tasks := map[string]taskRow{
 		"ack": readTask(t, ctx, conn, ids.Ack), "nack": readTask(t, ctx, conn, ids.Nack),
 		"fail": readTask(t, ctx, conn, ids.Fail), "replay": readTask(t, ctx, conn, ids.Replay),
-		"hold": readTask(t, ctx, conn, ids.Hold),
+		"hold": readTask(t, ctx, conn, ids.Hold), "grouped": readTask(t, ctx, conn, ids.Grouped),
 	}
 	want := map[string][]string{
 		"ack": {"succeeded"}, "nack": {"failed", "succeeded"}, "fail": {"failed"},
-		"replay": {"succeeded"}, "hold": {"released"},
+		"replay": {"succeeded"}, "hold": {"released"}, "grouped": {"succeeded"},
 	}
 	histories := map[string][]string{}
 	for name, r := range tasks {
@@ -304,6 +325,19 @@ func check(t *testing.T, ctx context.Context, conn *pgx.Conn, ids scenarioIDs) m
 		t.Errorf("replay: result %s, want {\"kind\":\"fail\",\"ok\":true}", replay.result)
 	}
 
+	grouped := tasks["grouped"]
+	if grouped.status != "done" || !jsonEqual(grouped.result, `{"kind":"grouped","ok":true}`) {
+		t.Errorf("grouped: %s with result %s, want done with {\"kind\":\"grouped\",\"ok\":true}", grouped.status, grouped.result)
+	}
+	if grouped.group == nil || *grouped.group != "tenant-a" {
+		t.Errorf("grouped: group %v, want tenant-a", deref(grouped.group))
+	}
+	for name, r := range tasks {
+		if name != "grouped" && r.group != nil {
+			t.Errorf("%s: group %q, want none (the queue's unnamed group)", name, *r.group)
+		}
+	}
+
 	hold := tasks["hold"]
 	// A pending task the dispatcher already moved into the Redis buffer shows as
 	// claimed: pending, waiting its turn there.
@@ -328,9 +362,9 @@ func gap(a, b attemptRow) time.Duration {
 	return b.startedAt.Sub(*a.finishedAt)
 }
 
-func deref(s *string) any {
-	if s == nil {
+func deref[T any](p *T) any {
+	if p == nil {
 		return nil
 	}
-	return *s
+	return *p
 }

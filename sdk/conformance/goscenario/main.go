@@ -74,6 +74,8 @@ func run() error {
 				return client.Permanent(errors.New("permanent failure"))
 			}
 			return job.SetResult(map[string]any{"kind": "fail", "ok": true})
+		case "grouped":
+			return job.SetResult(map[string]any{"kind": "grouped", "ok": true})
 		case "hold":
 			holdOnce.Do(func() { close(holding) })
 			<-ctx.Done() // until the runtime stops the handler
@@ -106,11 +108,12 @@ func run() error {
 
 // ids are the scenario's task ids, printed as the contract's JSON line.
 type ids struct {
-	Ack    string `json:"ack"`
-	Nack   string `json:"nack"`
-	Fail   string `json:"fail"`
-	Replay string `json:"replay"`
-	Hold   string `json:"hold"`
+	Ack     string `json:"ack"`
+	Nack    string `json:"nack"`
+	Fail    string `json:"fail"`
+	Replay  string `json:"replay"`
+	Hold    string `json:"hold"`
+	Grouped string `json:"grouped"`
 }
 
 // flow is the producer's side of the scenario; it returns once the hold task's
@@ -138,6 +141,9 @@ func flow(c *client.Client, queue string, holding <-chan struct{}) (ids, error) 
 		}
 		return nil
 	}
+	if _, err := c.PutGroup(ctx, queue, "tenant-a", client.GroupSettings{Weight: client.Ptr(3), MaxConcurrency: client.Ptr(1)}); err != nil {
+		return out, err
+	}
 	var err error
 	if out.Ack, err = enqueue("ack", nil); err != nil {
 		return out, err
@@ -148,8 +154,14 @@ func flow(c *client.Client, queue string, holding <-chan struct{}) (ids, error) 
 	if out.Fail, err = enqueue("fail", client.Ptr(3)); err != nil {
 		return out, err
 	}
+	grouped, err := c.Enqueue(ctx, queue, client.NewTask{Payload: payload{Kind: "grouped"}, Group: "tenant-a"})
+	if err != nil {
+		return out, err
+	}
+	out.Grouped = grouped.ID
 	for _, s := range []struct{ name, id, status string }{
 		{"ack", out.Ack, client.StatusDone}, {"nack", out.Nack, client.StatusDone}, {"fail", out.Fail, client.StatusDead},
+		{"grouped", out.Grouped, client.StatusDone},
 	} {
 		if err := wait(s.name, s.id, s.status); err != nil {
 			return out, err

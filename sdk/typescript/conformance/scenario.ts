@@ -66,6 +66,8 @@ async function handler(job: Job): Promise<unknown> {
     case "fail":
       if (failSeen++ === 0) throw new PermanentError("permanent failure");
       return { kind: "fail", ok: true };
+    case "grouped":
+      return { kind: "grouped", ok: true };
     case "hold":
       // A hold task of an earlier run (the queue is not fresh) is held too, but
       // only this run's tells the main flow to stop.
@@ -78,9 +80,11 @@ async function handler(job: Job): Promise<unknown> {
   }
 }
 
+await c.putGroup(queue, "tenant-a", { weight: 3, max_concurrency: 1 });
 const ack = await c.enqueue(queue, { payload: { kind: "ack" } });
 const nack = await c.enqueue(queue, { payload: { kind: "nack" }, max_retries: 3 });
 const failed = await c.enqueue(queue, { payload: { kind: "fail" }, max_retries: 3 });
+const grouped = await c.enqueue(queue, { payload: { kind: "grouped" }, group: "tenant-a" });
 
 const w = new Worker(c, { concurrency: 4, pollWaitMs: 2_000, shutdownGraceMs: 500 });
 w.handle(queue, handler);
@@ -95,6 +99,7 @@ running.catch((e) => {
 await waitFor(c, ack.id, "done");
 await waitFor(c, nack.id, "done");
 await waitFor(c, failed.id, "dead");
+await waitFor(c, grouped.id, "done");
 const replay = await c.replayDead(queue, failed.id);
 await waitFor(c, replay.id, "done");
 
@@ -108,4 +113,4 @@ await running;
 stop.dispose();
 if (runError !== undefined) fail(String(runError));
 
-process.stdout.write(JSON.stringify({ ack: ack.id, nack: nack.id, fail: failed.id, replay: replay.id, hold: hold.id }) + "\n");
+process.stdout.write(JSON.stringify({ ack: ack.id, nack: nack.id, fail: failed.id, replay: replay.id, hold: hold.id, grouped: grouped.id }) + "\n");
