@@ -84,54 +84,52 @@ test("short handlers: prefetched tasks, and acks that ride on polls", async () =
   assert.ok(requests <= 2 * n + 4, `${requests} requests for ${n} tasks: ${JSON.stringify([...paths])}`);
 });
 
-test("an ack held for the next poll does not wait behind a poll waiting for work", async () => {
-  const q = await freshQueue("held");
-  let polls = 0;
-  let alone = 0;
+/** A fetch that counts the worker's polls and the acks it sends alone. */
+function countAckCalls(): { counting: typeof fetch; calls: { polls: number; alone: number } } {
+  const calls = { polls: 0, alone: 0 };
   const counting: typeof fetch = (input, init) => {
     const path = new URL(String(input)).pathname;
-    if (path === "/workers/poll") polls++;
-    if (path === "/workers/ack" || path === "/workers/ack/batch") alone++;
+    if (path === "/workers/poll") calls.polls++;
+    if (path === "/workers/ack" || path === "/workers/ack/batch") calls.alone++;
     return fetch(input, init);
   };
+  return { counting, calls };
+}
+
+test("an ack held for the next poll does not wait behind a poll waiting for work", async () => {
+  const q = await freshQueue("held");
+  const { counting, calls } = countAckCalls();
   const [task] = await client.enqueueBatch(q, [{ payload: 1 }]);
   // Two slots: with one task taken, a second poll goes out and waits up to 30 s.
   const w = new Worker(new Client(url, { fetch: counting }), { concurrency: 2, pollWaitMs: 30_000, shutdownGraceMs: 1_000, logger: logger() });
   w.handle(q, async () => {
-    await eventually("a second poll out", 10_000, () => polls >= 2);
+    await eventually("a second poll out", 10_000, () => calls.polls >= 2);
     return null;
   });
   const r = start(w);
   // 20 s: well under the 30 s the held ack would wait for that poll.
   await waitAll(q, [task!.id], "done", 20_000);
   await r.stop();
-  assert.equal(alone, 1, "the held ack went alone, once");
+  assert.equal(calls.alone, 1, "the held ack went alone, once");
 });
 
 test("after a full poll, an ack is held for the poll out, then goes alone when that poll waits for work", async () => {
   const q = await freshQueue("heldfull");
-  let polls = 0;
-  let alone = 0;
-  const counting: typeof fetch = (input, init) => {
-    const path = new URL(String(input)).pathname;
-    if (path === "/workers/poll") polls++;
-    if (path === "/workers/ack" || path === "/workers/ack/batch") alone++;
-    return fetch(input, init);
-  };
+  const { counting, calls } = countAckCalls();
   const [, task] = await client.enqueueBatch(q, [{ payload: "fail" }, { payload: "second" }]);
   // The first poll brings both tasks it asked for; the failing one frees its slot, and
   // a poll without acks goes out and waits up to 30 s while the second returns.
   const w = new Worker(new Client(url, { fetch: counting }), { concurrency: 2, pollWaitMs: 30_000, shutdownGraceMs: 1_000, logger: logger() });
   w.handle(q, async (job) => {
     if (job.payload === "fail") throw new PermanentError("fails at once");
-    await eventually("a second poll out", 10_000, () => polls >= 2);
+    await eventually("a second poll out", 10_000, () => calls.polls >= 2);
     return null;
   });
   const r = start(w);
   // 20 s: well under the 30 s the held ack would wait for that poll.
   await waitAll(q, [task!.id], "done", 20_000);
   await r.stop();
-  assert.equal(alone, 1, "the held ack went alone, once");
+  assert.equal(calls.alone, 1, "the held ack went alone, once");
 });
 
 test("acks queued behind one in flight go as one minimal batch (Prefer: return=minimal)", async () => {
