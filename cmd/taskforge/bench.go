@@ -158,6 +158,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs := cmd.Flags()
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON file")
 	benchServerFlags(cmd, &cfg.DatabaseURL, &cfg.RedisURL)
+	fs.StringVar(&cfg.DatabaseTemplate, "database-template", "", "a database on the server that each step's database copies, data and all (say 10M finished tasks in history: internal/bench/history-template.sh), instead of starting empty")
 	fs.StringVar(&experiments, "experiments", strings.Join(bench.DefaultExperiments, ","),
 		"experiments to run, comma-separated, among "+strings.Join(bench.AllExperiments, ", "))
 	fs.IntVar(&cfg.Runs, "runs", 3, "repetitions of e1, e2, latency and enqueue (the table shows medians)")

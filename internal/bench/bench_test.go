@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/taskforge/taskforge/internal/localpg"
 	"github.com/taskforge/taskforge/internal/testenv"
 )
 
@@ -505,6 +506,43 @@ func TestParallelLeader(t *testing.T) {
 		"postgres: 15/main: parallel worker for PID ", "postgres: 15/main: parallel worker for PID x"} {
 		if _, ok := parallelLeader(title); ok {
 			t.Errorf("parallelLeader(%q) found a leader", title)
+		}
+	}
+}
+
+// TestCreateDatabaseFromTemplate: with Config.DatabaseTemplate, a step's database
+// starts as a copy of the template, data and all; without, it starts empty.
+func TestCreateDatabaseFromTemplate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testenv.PostgresURL(t)
+	tplURL := testenv.NewDatabase(t)
+	tpl, err := pgx.Connect(ctx, tplURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tpl.Exec(ctx, `CREATE TABLE marker AS SELECT 42 AS n`); err != nil {
+		t.Fatal(err)
+	}
+	_ = tpl.Close(ctx)
+	template := tpl.Config().Database
+	for _, from := range []string{template, ""} {
+		name := "tf_bench_tpl_" + randomHex(4)
+		if err := createDatabase(ctx, admin, name, from); err != nil {
+			t.Fatalf("create %s from %q: %v", name, from, err)
+		}
+		t.Cleanup(func() { _ = localpg.DropDatabase(context.Background(), admin, name) })
+		conn, err := pgx.Connect(ctx, localpg.WithDatabase(admin, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var has bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass('marker') IS NOT NULL`).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.Close(ctx)
+		if has != (from != "") {
+			t.Errorf("database made from template %q holds the template's table: %v", from, has)
 		}
 	}
 }

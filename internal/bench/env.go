@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/client"
@@ -25,6 +28,7 @@ const (
 	startTimeout = 60 * time.Second // a serve answering /readyz, workers polling
 	stallTimeout = 60 * time.Second // a wait whose count stops moving
 	opTimeout    = 30 * time.Second // one API call or query
+	copyTimeout  = 10 * time.Minute // a step's database copied from a large template
 	pollEvery    = 100 * time.Millisecond
 )
 
@@ -85,7 +89,7 @@ func (r *runner) newStepWith(ctx context.Context, name string, serveEnv []string
 	prepare func(context.Context, *step) error) (_ *step, err error) {
 	s := &step{r: r, name: name, dbName: "tf_bench_" + randomHex(6), prefix: "tfbench:" + randomHex(8)}
 	s.sampler = cpuSampler{serve: map[int]bool{}, workers: map[int]bool{}, dbName: s.dbName}
-	if err := createDatabase(ctx, r.cfg.DatabaseURL, s.dbName); err != nil {
+	if err := createDatabase(ctx, r.cfg.DatabaseURL, s.dbName, r.cfg.DatabaseTemplate); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", s.dbName, err)
 	}
 	defer func() {
@@ -380,9 +384,30 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// createDatabase creates database name, bounded by opTimeout.
-func createDatabase(ctx context.Context, admin, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+// createDatabase creates database name, bounded by opTimeout, or as a copy of
+// template (Config.DatabaseTemplate), bounded by copyTimeout.
+func createDatabase(ctx context.Context, admin, name, template string) error {
+	if template == "" {
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		return localpg.CreateDatabase(ctx, admin, name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
-	return localpg.CreateDatabase(ctx, admin, name)
+	// FILE_COPY: a checkpoint and a copy of the files, where the default (WAL_LOG)
+	// would write every block of a large template into the WAL.
+	stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize() + " TEMPLATE " +
+		pgx.Identifier{template}.Sanitize() + " STRATEGY FILE_COPY"
+	for {
+		err := localpg.AdminExec(ctx, admin, stmt)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use: a session on the template
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
