@@ -5,6 +5,17 @@
 -- delay of $5 ms (a snooze) the task is due no earlier than now + $5; $6 is the time
 -- (NULL: now()).
 --
+-- What this statement shares with nack_task stays written in both, on purpose. Their
+-- rules are functions already (taskforge_next_status and taskforge_backoff_ms,
+-- migration 0016; taskforge_steps_ended, 0017); what is left in common is the lock of
+-- the task's workflow (wf_locked) and the plumbing of step_effects. step_effects
+-- aggregates this statement's own CTE, which a function cannot read. The lock could be
+-- a function, but one that locks is VOLATILE, so PostgreSQL neither inlines it nor
+-- shows the lock in the statement's plan, and (before PostgreSQL 18) plans its body anew
+-- for each statement that calls it: the lock and the task's row through such a
+-- function took 1.05-1.84x the time of wf_locked (pgbench, prepared, three
+-- interleaved rounds on the throwaway cluster, load 5-6 on 2 cores).
+--
 -- Parameters:
 --   $1 uuid: the task
 --   $2 uuid: its lease token
