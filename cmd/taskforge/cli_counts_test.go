@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/internal/testenv"
-	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -20,15 +19,7 @@ import (
 func TestCLIQueueCheckCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testenv.NewDatabase(t)
-	pool, err := storage.Connect(ctx, url, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := migrations.Apply(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	url, pool := testenv.NewMigratedDatabase(t)
 	store := storage.New(pool)
 	for _, q := range []string{"q", "other"} {
 		if _, err := store.CreateQueue(ctx, storage.Queue{Name: q}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/taskforge/taskforge/internal/lifecycle"
 	"github.com/taskforge/taskforge/storage"
 	"github.com/taskforge/taskforge/telemetry"
 )
@@ -95,15 +96,8 @@ type Batch struct {
 
 // Retention deletes expired tasks and workflows: the retention transitions of
 // package lifecycle, which own every change of a task (serve passes its
-// lifecycle.Lifecycle).
-type Retention interface {
-	DeleteExpiredTasks(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
-	DeleteExpiredWorkflows(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
-	DeleteExpiredHistory(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
-	DeleteHistoryDayWorkflows(ctx context.Context, day storage.HistoryDay, limit int, timeout time.Duration) (int64, error)
-	DetachHistoryDay(ctx context.Context, day storage.HistoryDay, lockTimeout time.Duration) (string, error)
-	DropDetachedHistory(ctx context.Context, timeout time.Duration) ([]storage.HistoryDay, error)
-}
+// lifecycle.Lifecycle). The statements under them have the same methods.
+type Retention = lifecycle.RetentionStore
 
 // Janitor deletes expired history. Create it with New; run it with Run.
 type Janitor struct {

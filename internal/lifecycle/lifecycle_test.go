@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,37 +24,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// waker records what the transitions tell the dispatcher.
-type waker struct {
-	mu       sync.Mutex
-	due, low []string
-}
-
-func (w *waker) Wake(queue string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.due = append(w.due, queue)
-}
-
-func (w *waker) WakeLow(queue string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.low = append(w.low, queue)
-}
-
-func (w *waker) woken() (due, low []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.due), slices.Clone(w.low)
-}
-
 // bundle is what a test of the transitions needs: the lifecycle and what is under it.
 type bundle struct {
 	lc    *lifecycle.Lifecycle
 	store *storage.Store
 	buf   *buffer.Buffer
 	rdb   *redis.Client
-	wake  *waker
+	wake  *lifecycle.RecordingWaker
 	disp  *dispatcher.Dispatcher
 	// clock is the store's: zero (the database's now()) until a test sets it.
 	clock *testenv.Clock
@@ -74,7 +49,7 @@ func setup(t *testing.T) bundle {
 	if _, err := store.CreateQueue(context.Background(), storage.Queue{Name: "q", MaxRetries: 3, MaxConcurrency: &one}); err != nil {
 		t.Fatal(err)
 	}
-	w := &waker{}
+	w := &lifecycle.RecordingWaker{}
 	lc := lifecycle.New(store, buf, w, lifecycle.Config{LowWater: 10}, quiet)
 	return bundle{lc: lc, store: store, buf: buf, rdb: rdb, wake: w,
 		disp: dispatcher.New(store, buf, lc, nil, dispatcher.Config{}, quiet), clock: clock}
@@ -126,7 +101,7 @@ func TestClaimAckEndToEnd(t *testing.T) {
 	if len(got) != 1 || got[0].ID != ids[0] || got[0].Status != storage.StatusExecuting || got[0].LeaseToken == nil {
 		t.Fatalf("claimed %+v, want the first task executing under a lease", got)
 	}
-	if _, low := b.wake.woken(); !slices.Equal(low, []string{"q"}) {
+	if _, low := b.wake.Woken(); !slices.Equal(low, []string{"q"}) {
 		t.Fatalf("WakeLow heard %v, want q (one id left, below the low-water mark)", low)
 	}
 	if more := b.claim(t, "w2"); len(more) != 0 {
@@ -171,7 +146,7 @@ func TestClaimAckEndToEnd(t *testing.T) {
 	if err != nil || retry.Status != storage.StatusRetry {
 		t.Fatalf("nack: %+v %v", retry, err)
 	}
-	if due, _ := b.wake.woken(); !slices.Equal(due, []string{"q"}) {
+	if due, _ := b.wake.Woken(); !slices.Equal(due, []string{"q"}) {
 		t.Fatalf("Wake heard %v, want q once (the retry)", due)
 	}
 }
@@ -227,7 +202,7 @@ func TestReclaimNackAndReplay(t *testing.T) {
 	if len(reclaimed) != 1 || reclaimed[0].TaskID != ids[0] || reclaimed[0].Status != storage.StatusRetry {
 		t.Fatalf("reclaimed %+v, want the first task sent to retry", reclaimed)
 	}
-	if due, _ := b.wake.woken(); !slices.Equal(due, []string{"q"}) {
+	if due, _ := b.wake.Woken(); !slices.Equal(due, []string{"q"}) {
 		t.Fatalf("Wake heard %v, want q (the retry)", due)
 	}
 
@@ -254,7 +229,7 @@ func TestReclaimNackAndReplay(t *testing.T) {
 		replayed[0].Status != storage.StatusPending {
 		t.Fatalf("replay: %+v %v", replayed, err)
 	}
-	if due, _ := b.wake.woken(); !slices.Equal(due, []string{"q", "q"}) {
+	if due, _ := b.wake.Woken(); !slices.Equal(due, []string{"q", "q"}) {
 		t.Fatalf("Wake heard %v, want q twice (the retry, the replay)", due)
 	}
 }

@@ -73,7 +73,9 @@ type WorkflowStore interface {
 }
 
 // RetentionStore runs the statements that delete what retention has passed: finished
-// tasks and workflows, and history by the row or by the day.
+// tasks and workflows, and history by the row or by the day. *Lifecycle has the same
+// methods, the transitions that run them (retention.go), which package janitor drives
+// through this interface (janitor.Retention).
 type RetentionStore interface {
 	DeleteExpiredTasks(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
 	DeleteExpiredWorkflows(ctx context.Context, defaults storage.Retention, limit int, timeout time.Duration) (int64, error)
@@ -99,6 +101,7 @@ var (
 	_ WorkflowStore  = (*storage.Store)(nil)
 	_ RetentionStore = (*storage.Store)(nil)
 	_ Store          = (*storage.Store)(nil)
+	_ RetentionStore = (*Lifecycle)(nil)
 )
 
 // Broker is what the transitions need of Redis: the buffer's entries, the

@@ -73,30 +73,38 @@ type fakeBroker struct {
 	pops       []buffer.FairPopped
 }
 
+// note records ids under key of m (one of f's maps).
+func (f *fakeBroker) note(m map[string][]uuid.UUID, key string, ids ...uuid.UUID) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m[key] = append(m[key], ids...)
+	return nil
+}
+
+// idsOf returns the id of each of xs.
+func idsOf[T any](xs []T, id func(T) uuid.UUID) []uuid.UUID {
+	out := make([]uuid.UUID, len(xs))
+	for i, x := range xs {
+		out[i] = id(x)
+	}
+	return out
+}
+
 func newFakeBroker() *fakeBroker {
 	return &fakeBroker{released: map[string][]uuid.UUID{}, removed: map[string][]uuid.UUID{},
 		groupReleased: map[string][]uuid.UUID{}, added: map[string][]uuid.UUID{}, putback: map[string][]uuid.UUID{}}
 }
 
 func (f *fakeBroker) ReleaseGroup(_ context.Context, queue, group string, ids ...uuid.UUID) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.groupReleased[queue+"/"+group] = append(f.groupReleased[queue+"/"+group], ids...)
-	return nil
+	return f.note(f.groupReleased, queue+"/"+group, ids...)
 }
 
 func (f *fakeBroker) Release(_ context.Context, queue string, ids ...uuid.UUID) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.released[queue] = append(f.released[queue], ids...)
-	return nil
+	return f.note(f.released, queue, ids...)
 }
 
 func (f *fakeBroker) Remove(_ context.Context, queue string, ids ...uuid.UUID) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.removed[queue] = append(f.removed[queue], ids...)
-	return nil
+	return f.note(f.removed, queue, ids...)
 }
 
 func (f *fakeBroker) PublishDone(_ context.Context, ids ...uuid.UUID) error {
@@ -107,19 +115,12 @@ func (f *fakeBroker) PublishDone(_ context.Context, ids ...uuid.UUID) error {
 }
 
 func (f *fakeBroker) Add(_ context.Context, queue string, tasks []storage.Buffered, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, t := range tasks {
-		f.added[queue] = append(f.added[queue], t.ID)
-	}
-	return nil
+	return f.note(f.added, queue, idsOf(tasks, func(t storage.Buffered) uuid.UUID { return t.ID })...)
 }
 
 func (f *fakeBroker) AddGrouped(_ context.Context, queue string, tasks []buffer.GroupedTask, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, t := range tasks {
-		f.added[queue+"/"+t.Group] = append(f.added[queue+"/"+t.Group], t.ID)
+		_ = f.note(f.added, queue+"/"+t.Group, t.ID)
 	}
 	return nil
 }
@@ -166,47 +167,44 @@ func (f *fakeBroker) FairPop(context.Context, string, int, ratelimit.Limits, buf
 }
 
 func (f *fakeBroker) Putback(_ context.Context, queue string, entries []buffer.Entry) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, e := range entries {
-		f.putback[queue] = append(f.putback[queue], e.ID)
-	}
-	return nil
+	return f.note(f.putback, queue, idsOf(entries, func(e buffer.Entry) uuid.UUID { return e.ID })...)
 }
 
 func (f *fakeBroker) PutbackGrouped(_ context.Context, queue string, entries []buffer.FairEntry, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, e := range entries {
-		f.putback[queue] = append(f.putback[queue], e.ID)
-	}
-	return nil
+	return f.note(f.putback, queue, idsOf(entries, func(e buffer.FairEntry) uuid.UUID { return e.ID })...)
 }
 
-type wakes struct {
-	mu     sync.Mutex
-	queues []string
-	low    []string
+// RecordingWaker records what the transitions tell the dispatcher (the package's
+// external tests use it too).
+type RecordingWaker struct {
+	mu       sync.Mutex
+	due, low []string
 }
 
-func (w *wakes) Wake(queue string) {
+// Wake records that queue has work due.
+func (w *RecordingWaker) Wake(queue string) { w.record(&w.due, queue) }
+
+// WakeLow records that queue's buffer ran low.
+func (w *RecordingWaker) WakeLow(queue string) { w.record(&w.low, queue) }
+
+func (w *RecordingWaker) record(to *[]string, queue string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.queues = append(w.queues, queue)
+	*to = append(*to, queue)
 }
 
-func (w *wakes) WakeLow(queue string) {
+// Woken returns the queues told of so far, in order: with work due, and low.
+func (w *RecordingWaker) Woken() (due, low []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.low = append(w.low, queue)
+	return slices.Clone(w.due), slices.Clone(w.low)
 }
 
-// woken returns the queues Wake was told of, sorted, each once.
-func (w *wakes) woken() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	qs := slices.Sorted(slices.Values(w.queues))
-	return slices.Compact(qs)
+// dueQueues returns the queues w was told have work due, sorted, each once.
+func dueQueues(w *RecordingWaker) []string {
+	due, _ := w.Woken()
+	slices.Sort(due)
+	return slices.Compact(due)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -254,7 +252,7 @@ func TestReclaimFollowUps(t *testing.T) {
 	}
 	store := &fakeStore{reclaim: func(int) ([]storage.Reclaimed, error) { return rows, nil }}
 	broker := newFakeBroker()
-	w := &wakes{}
+	w := &RecordingWaker{}
 	l := fakeLifecycle(store, broker, w, Config{},
 		storage.Queue{Name: "q1", MaxConcurrency: &one}, storage.Queue{Name: "q2", MaxConcurrency: &one},
 		storage.Queue{Name: "q3"}, storage.Queue{Name: "fq", Fairness: &fairness})
@@ -267,8 +265,8 @@ func TestReclaimFollowUps(t *testing.T) {
 	if err != nil || len(got) != 5 {
 		t.Fatalf("Reclaim: %d rows (%v), want 5", len(got), err)
 	}
-	if !slices.Equal(w.woken(), []string{"fq", "q1", "q2"}) {
-		t.Errorf("dispatcher told of %v, want fq, q1 and q2", w.woken())
+	if !slices.Equal(dueQueues(w), []string{"fq", "q1", "q2"}) {
+		t.Errorf("dispatcher told of %v, want fq, q1 and q2", dueQueues(w))
 	}
 	if !slices.Equal(broker.groupReleased["fq/"+tenant], []uuid.UUID{fairA}) || !slices.Equal(broker.groupReleased["fq/"], []uuid.UUID{fairUnnamed}) ||
 		len(broker.groupReleased) != 2 || len(broker.released["fq"]) != 0 {
@@ -329,7 +327,7 @@ func TestAckFollowUps(t *testing.T) {
 		return out, nil
 	}}
 	broker := newFakeBroker()
-	w := &wakes{}
+	w := &RecordingWaker{}
 	l := fakeLifecycle(store, broker, w, Config{WakeOnEnqueue: true}, capped, uncapped, fairQ, storage.Queue{Name: "next"})
 	endedCapped, leave := l.AwaitEnd(inCapped)
 	defer leave()
@@ -361,8 +359,8 @@ func TestAckFollowUps(t *testing.T) {
 		slices.SortedFunc(slices.Values([]uuid.UUID{inCapped, inUncapped, inTenant, inUnnamed, stepTask}), byID); !slices.Equal(got, want) {
 		t.Errorf("announced %v, want every acked task and not the lost one", broker.published)
 	}
-	if !slices.Equal(w.woken(), []string{"next"}) {
-		t.Errorf("dispatcher told of %v, want only the queue of the unblocked step", w.woken())
+	if !slices.Equal(dueQueues(w), []string{"next"}) {
+		t.Errorf("dispatcher told of %v, want only the queue of the unblocked step", dueQueues(w))
 	}
 	select {
 	case <-endedCapped:
@@ -387,7 +385,7 @@ func TestNackFollowUps(t *testing.T) {
 				return storage.Task{ID: n.TaskID, Queue: "capped", Status: status}, nil
 			}}
 			broker := newFakeBroker()
-			w := &wakes{}
+			w := &RecordingWaker{}
 			l := fakeLifecycle(store, broker, w, Config{}, capped)
 			ended, leave := l.AwaitEnd(id)
 			defer leave()
@@ -396,8 +394,8 @@ func TestNackFollowUps(t *testing.T) {
 				t.Fatal(err)
 			}
 			retry := status == storage.StatusRetry
-			if got := slices.Equal(w.woken(), []string{"capped"}); got != retry {
-				t.Errorf("dispatcher told of %v; a retry must be, an ended task not", w.woken())
+			if got := slices.Equal(dueQueues(w), []string{"capped"}); got != retry {
+				t.Errorf("dispatcher told of %v; a retry must be, an ended task not", dueQueues(w))
 			}
 			if got := slices.Contains(broker.published, id); got == retry {
 				t.Errorf("announced %v; an ended task must be, a retry not", broker.published)
@@ -467,7 +465,7 @@ func TestEnqueueBuffersDirectly(t *testing.T) {
 			}}
 			broker := newFakeBroker()
 			broker.sizes, broker.groupSizes = c.sizes, c.groupSizes
-			w := &wakes{}
+			w := &RecordingWaker{}
 			l := fakeLifecycle(store, broker, w, Config{BufferTarget: 10, WakeOnEnqueue: true}, uncapped, pausedQ, fairQ)
 			tasks := make([]storage.NewTask, c.tasks)
 			var ids []uuid.UUID
@@ -493,8 +491,8 @@ func TestEnqueueBuffersDirectly(t *testing.T) {
 			if !maps.EqualFunc(broker.added, want, slices.Equal) {
 				t.Errorf("added to the buffer: %v, want %v", counts(broker.added), counts(want))
 			}
-			if got := slices.Equal(w.woken(), []string{c.queue}); got == buffered {
-				t.Errorf("dispatcher told of %v; only tasks left pending are its", w.woken())
+			if got := slices.Equal(dueQueues(w), []string{c.queue}); got == buffered {
+				t.Errorf("dispatcher told of %v; only tasks left pending are its", dueQueues(w))
 			}
 		})
 	}
@@ -556,7 +554,7 @@ func TestClaimDropsWhatTheStoreNoLongerClaims(t *testing.T) {
 					broker.pops[0].Entries[i].Group = ""
 				}
 			}
-			w := &wakes{}
+			w := &RecordingWaker{}
 			l := fakeLifecycle(store, broker, w, Config{LowWater: 10}, c.queue)
 			limits, _, _ := l.limits.Get(context.Background(), c.queue.Name)
 
@@ -580,8 +578,8 @@ func TestClaimDropsWhatTheStoreNoLongerClaims(t *testing.T) {
 			if n := len(broker.putback[c.queue.Name]); n != c.putback {
 				t.Errorf("%d ids put back, want %d", n, c.putback)
 			}
-			if !slices.Equal(w.low, []string{c.queue.Name}) {
-				t.Errorf("refills asked: %v, want one of %s", w.low, c.queue.Name)
+			if _, low := w.Woken(); !slices.Equal(low, []string{c.queue.Name}) {
+				t.Errorf("refills asked: %v, want one of %s", low, c.queue.Name)
 			}
 		})
 	}

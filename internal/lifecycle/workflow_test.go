@@ -107,7 +107,7 @@ func setupWorkflows(t *testing.T) wfBundle {
 	}
 	capture := newCapture()
 	tel := telemetry.New(slog.New(capture))
-	w := &waker{}
+	w := &lifecycle.RecordingWaker{}
 	lc := lifecycle.New(store, buf, w, lifecycle.Config{Telemetry: tel, WakeOnEnqueue: true}, quiet)
 	return wfBundle{bundle: bundle{lc: lc, store: store, buf: buf, rdb: rdb, wake: w,
 		disp: dispatcher.New(store, buf, lc, nil, dispatcher.Config{}, quiet)}, tel: tel, log: capture}
@@ -246,7 +246,7 @@ func TestWorkflowSucceededViaAckIsLoggedAndCounted(t *testing.T) {
 			"from_status": "blocked", "to_status": "pending", "workflow_id": wf.String(), "step": step, "reason": "dependencies done"})
 	}
 	// WakeOnEnqueue: the dispatcher is told of both queues the ack fed.
-	if due, _ := b.wake.woken(); !slices.Contains(due, "wf") || !slices.Contains(due, "wf2") {
+	if due, _ := b.wake.Woken(); !slices.Contains(due, "wf") || !slices.Contains(due, "wf2") {
 		t.Errorf("Wake heard %v, want wf and wf2 (the unblocked steps' queues)", due)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
@@ -15,6 +16,20 @@ import (
 // with a hot-path pool as serve has (storage.WithHotPool), its pools closed at the
 // end of the test.
 func NewStore(tb testing.TB) *storage.Store {
+	tb.Helper()
+	url, pool := NewMigratedDatabase(tb)
+	hot, err := storage.Connect(context.Background(), url, 8, storage.HotPathSettings())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(hot.Close)
+	return storage.New(pool, storage.WithHotPool(hot))
+}
+
+// NewMigratedDatabase returns the URL of a fresh database (NewDatabase) with every
+// migration applied, and a pool of up to 8 connections on it, closed at the end of
+// the test: for tests that hand the URL to a command as well.
+func NewMigratedDatabase(tb testing.TB) (string, *pgxpool.Pool) {
 	tb.Helper()
 	ctx := context.Background()
 	url := NewDatabase(tb)
@@ -26,12 +41,7 @@ func NewStore(tb testing.TB) *storage.Store {
 	if _, err := migrations.Apply(ctx, pool); err != nil {
 		tb.Fatal(err)
 	}
-	hot, err := storage.Connect(ctx, url, 8, storage.HotPathSettings())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(hot.Close)
-	return storage.New(pool, storage.WithHotPool(hot))
+	return url, pool
 }
 
 // Claim gives workerID a lease on each of ids that is still claimable, as a poll
