@@ -31,6 +31,7 @@ type fakeStore struct {
 	ackMany   func(items []storage.AckItem) (map[uuid.UUID]storage.Task, error)
 	claimMany func(items []storage.ClaimItem) (map[uuid.UUID]storage.Task, error)
 	nack      func(n storage.Nack) (storage.Task, error)
+	ackClaim  func(acks []storage.AckItem, claims []storage.ClaimItem) (acked, claimed map[uuid.UUID]storage.Task, err error)
 	enqueue   func(queue string, tasks []storage.NewTask, opts storage.EnqueueOptions) ([]storage.Enqueued, error)
 }
 
@@ -47,6 +48,10 @@ func (s *fakeStore) ClaimMany(_ context.Context, items []storage.ClaimItem, _ ti
 }
 
 func (s *fakeStore) Nack(_ context.Context, n storage.Nack) (storage.Task, error) { return s.nack(n) }
+
+func (s *fakeStore) AckAndClaim(_ context.Context, acks []storage.AckItem, claims []storage.ClaimItem, _ time.Duration) (acked, claimed map[uuid.UUID]storage.Task, err error) {
+	return s.ackClaim(acks, claims)
+}
 
 func (s *fakeStore) EnqueueWith(_ context.Context, queue string, tasks []storage.NewTask, opts storage.EnqueueOptions) ([]storage.Enqueued, error) {
 	return s.enqueue(queue, tasks, opts)
@@ -155,7 +160,7 @@ func (f *fakeBroker) pop() buffer.FairPopped {
 
 func (f *fakeBroker) Pop(context.Context, string, int, ratelimit.Limits) (buffer.Popped, error) {
 	p := f.pop()
-	out := buffer.Popped{Remaining: p.Remaining}
+	out := buffer.Popped{Remaining: p.Remaining, AtCap: p.AtCap, Paused: p.Paused, RetryAfter: p.RetryAfter}
 	for _, e := range p.Entries {
 		out.Entries = append(out.Entries, e.Entry)
 	}
@@ -580,6 +585,98 @@ func TestClaimDropsWhatTheStoreNoLongerClaims(t *testing.T) {
 			}
 			if _, low := w.Woken(); !slices.Equal(low, []string{c.queue.Name}) {
 				t.Errorf("refills asked: %v, want one of %s", low, c.queue.Name)
+			}
+		})
+	}
+}
+
+// plainToken returns a lease token of a task outside a workflow
+// (storage.PlainLeaseToken).
+func plainToken() uuid.UUID {
+	u := uuid.New()
+	u[6] = u[6]&0x0f | 0x80
+	return u
+}
+
+// TestClaimCarriesAcks: a poll's acks commit with its claim when the buffer holds
+// work (one transaction), alone when it holds none, alone and before the pop when one
+// of them is a workflow step's (its cascade runs in another statement), and when the
+// queue was at its concurrency cap, alone and then the pop again, since the acks
+// freed slots.
+func TestClaimCarriesAcks(t *testing.T) {
+	cases := []struct {
+		name string
+		pops []buffer.FairPopped
+		step bool // the ack is a workflow step's
+		// want: the statements run, in order, and whether the poll got its task.
+		want    []string
+		claimed bool
+	}{
+		{name: "buffered", pops: []buffer.FairPopped{{}}, want: []string{"ack+claim"}, claimed: true},
+		{name: "empty", pops: []buffer.FairPopped{{}}, want: []string{"ack"}},
+		{name: "at cap", pops: []buffer.FairPopped{{AtCap: true}, {}}, want: []string{"ack", "claim"}, claimed: true},
+		{name: "workflow step", pops: []buffer.FairPopped{{}}, step: true, want: []string{"ack", "claim"}, claimed: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			task, done := uuid.New(), uuid.New()
+			var ran []string
+			doneTasks := func(items []storage.AckItem) map[uuid.UUID]storage.Task {
+				out := map[uuid.UUID]storage.Task{}
+				for _, it := range items {
+					out[it.TaskID] = storage.Task{ID: it.TaskID, Queue: "capped", Status: storage.StatusDone, LeaseToken: &it.LeaseToken}
+				}
+				return out
+			}
+			claimedTasks := func(items []storage.ClaimItem) map[uuid.UUID]storage.Task {
+				out := map[uuid.UUID]storage.Task{}
+				for _, it := range items {
+					out[it.TaskID] = storage.Task{ID: it.TaskID, Queue: "capped", Status: storage.StatusExecuting, ClaimedBy: &it.WorkerID}
+				}
+				return out
+			}
+			store := &fakeStore{
+				ackMany: func(items []storage.AckItem) (map[uuid.UUID]storage.Task, error) {
+					ran = append(ran, "ack")
+					return doneTasks(items), nil
+				},
+				claimMany: func(items []storage.ClaimItem) (map[uuid.UUID]storage.Task, error) {
+					ran = append(ran, "claim")
+					return claimedTasks(items), nil
+				},
+				ackClaim: func(acks []storage.AckItem, claims []storage.ClaimItem) (map[uuid.UUID]storage.Task, map[uuid.UUID]storage.Task, error) {
+					ran = append(ran, "ack+claim")
+					return doneTasks(acks), claimedTasks(claims), nil
+				},
+			}
+			broker := newFakeBroker()
+			broker.pops = c.pops
+			if c.claimed { // the last pop finds the task
+				broker.pops[len(broker.pops)-1].Entries = []buffer.FairEntry{{Entry: buffer.Entry{ID: task}}}
+			}
+			l := fakeLifecycle(store, broker, &RecordingWaker{}, Config{}, capped)
+			limits, _, _ := l.limits.Get(context.Background(), "capped")
+			token := plainToken()
+			if c.step {
+				token = uuid.New() // version 4: a workflow step's
+			}
+
+			got, acked, _, err := l.ClaimAcking(context.Background(), "w", "capped", limits, 1, 0,
+				[]storage.AckItem{{TaskID: done, LeaseToken: token, WorkerID: "w"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ran, c.want) {
+				t.Errorf("statements run: %v, want %v", ran, c.want)
+			}
+			if len(acked) != 1 || acked[0].Err != nil || acked[0].Task.ID != done {
+				t.Errorf("ack outcomes: %+v, want the task done", acked)
+			}
+			if c.claimed != (len(got) == 1 && got[0].ID == task) || !c.claimed && len(got) != 0 {
+				t.Errorf("claimed %v, want the buffered task: %v", got, c.claimed)
+			}
+			if !slices.Contains(broker.published, done) || !slices.Contains(broker.released["capped"], done) {
+				t.Errorf("the acked task was not followed up: announced %v, slots freed %v", broker.published, broker.released)
 			}
 		})
 	}
