@@ -48,6 +48,8 @@ def main() -> int:
             if first:
                 raise taskforge.PermanentError("permanent failure")
             return {"kind": "fail", "ok": True}
+        if kind == "grouped":
+            return {"kind": "grouped", "ok": True}
         if kind == "hold":
             holding.set()
             job.wait()  # until the runtime asks the handler to stop
@@ -66,14 +68,17 @@ def main() -> int:
 
     def flow() -> None:
         try:
+            c.put_group(QUEUE, "tenant-a", weight=3, max_concurrency=1)
             ids["ack"] = c.enqueue(QUEUE, {"kind": "ack"}).id
             ids["nack"] = c.enqueue(QUEUE, {"kind": "nack"}, max_retries=3).id
             ids["fail"] = c.enqueue(QUEUE, {"kind": "fail"}, max_retries=3).id
-            log("enqueued ack, nack, fail")
+            ids["grouped"] = c.enqueue(QUEUE, {"kind": "grouped"}, group="tenant-a").id
+            log("enqueued ack, nack, fail, grouped")
             wait_for("ack", "done")
             wait_for("nack", "done")
             wait_for("fail", "dead")
-            log("ack and nack done, fail dead")
+            wait_for("grouped", "done")
+            log("ack, nack and grouped done, fail dead")
             ids["replay"] = c.replay_dead(QUEUE, ids["fail"]).id
             wait_for("replay", "done")
             log("replay done")
@@ -92,7 +97,7 @@ def main() -> int:
     if failure:
         log(f"failed: {failure[0]!r}")
         return 1
-    print(json.dumps({k: ids[k] for k in ("ack", "nack", "fail", "replay", "hold")}), flush=True)
+    print(json.dumps({k: ids[k] for k in ("ack", "nack", "fail", "replay", "hold", "grouped")}), flush=True)
     return 0
 
 
