@@ -176,33 +176,38 @@ def test_short_tasks_prefetch_and_ack_on_polls(
     assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
 
 
-def _count_ack_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts the worker's polls and the acks it sends alone."""
-    calls = {"polls": 0, "alone": 0}
+class _AckCalls:
+    """Counts the worker's polls and the acks it sends alone; second_poll is set as
+    the second poll goes out."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.alone = 0
+        self.second_poll = threading.Event()
+
+
+def _count_ack_calls(monkeypatch: pytest.MonkeyPatch) -> _AckCalls:
+    calls = _AckCalls()
     orig_ack, orig_batch, orig_poll = taskforge.Client.ack, taskforge.Client.ack_batch_minimal, taskforge.Client.poll
 
     def ack(self: taskforge.Client, *a: Any, **k: Any) -> Any:
-        calls["alone"] += 1
+        calls.alone += 1
         return orig_ack(self, *a, **k)
 
     def ack_batch(self: taskforge.Client, *a: Any, **k: Any) -> Any:
-        calls["alone"] += 1
+        calls.alone += 1
         return orig_batch(self, *a, **k)
 
     def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
-        calls["polls"] += 1
+        calls.polls += 1
+        if calls.polls >= 2:
+            calls.second_poll.set()
         return orig_poll(self, *a, **k)
 
     monkeypatch.setattr(taskforge.Client, "ack", ack)
     monkeypatch.setattr(taskforge.Client, "ack_batch_minimal", ack_batch)
     monkeypatch.setattr(taskforge.Client, "poll", poll)
     return calls
-
-
-def _wait_polls(calls: dict[str, int], n: int) -> None:
-    deadline = time.monotonic() + 10
-    while calls["polls"] < n and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def test_held_ack_does_not_wait_behind_a_long_poll(
@@ -221,13 +226,13 @@ def test_held_ack_does_not_wait_behind_a_long_poll(
     def handler(job: taskforge.Job) -> Any:
         if job.payload == "fail":
             raise taskforge.PermanentError("fails at once")
-        _wait_polls(calls, 2)
+        calls.second_poll.wait(10)
         return None
 
     start_worker(queue, handler, concurrency=2, poll_wait=30.0)
     # 20 s: well under the 30 s the held ack would wait for that poll.
     assert client.wait_task(queue, t.id, timeout=20).status == "done"
-    assert calls["alone"] == 1, calls
+    assert calls.alone == 1, vars(calls)
 
 
 def test_ack_after_a_short_poll_goes_at_once(
@@ -244,12 +249,12 @@ def test_ack_after_a_short_poll_goes_at_once(
 
     def handler(job: taskforge.Job) -> Any:
         # Two slots: the first poll asks for 2 and brings 1; the next waits up to 30 s.
-        _wait_polls(calls, 2)
+        calls.second_poll.wait(10)
         return None
 
     start_worker(queue, handler, concurrency=2, poll_wait=30.0)
     assert client.wait_task(queue, t.id, timeout=20).status == "done"
-    assert calls["alone"] == 1, calls
+    assert calls.alone == 1, vars(calls)
 
 
 def test_bad_queue_name_ends_run(url: str) -> None:

@@ -84,16 +84,18 @@ test("short handlers: prefetched tasks, and acks that ride on polls", async () =
   assert.ok(requests <= 2 * n + 4, `${requests} requests for ${n} tasks: ${JSON.stringify([...paths])}`);
 });
 
-/** A fetch that counts the worker's polls and the acks it sends alone. */
-function countAckCalls(): { counting: typeof fetch; calls: { polls: number; alone: number } } {
+/** A fetch that counts the worker's polls and the acks it sends alone; secondPoll resolves as the second poll goes out. */
+function countAckCalls(): { counting: typeof fetch; calls: { polls: number; alone: number }; secondPoll: Promise<void> } {
   const calls = { polls: 0, alone: 0 };
+  let second: () => void = () => {};
+  const secondPoll = new Promise<void>((resolve) => (second = resolve));
   const counting: typeof fetch = (input, init) => {
     const path = new URL(String(input)).pathname;
-    if (path === "/workers/poll") calls.polls++;
+    if (path === "/workers/poll" && ++calls.polls >= 2) second();
     if (path === "/workers/ack" || path === "/workers/ack/batch") calls.alone++;
     return fetch(input, init);
   };
-  return { counting, calls };
+  return { counting, calls, secondPoll };
 }
 
 // An ack does not wait behind a poll waiting for work. With a single task the first
@@ -109,12 +111,12 @@ for (const c of [
 ]) {
   test(c.name, async () => {
     const q = await freshQueue("held");
-    const { counting, calls } = countAckCalls();
+    const { counting, calls, secondPoll } = countAckCalls();
     const tasks = await client.enqueueBatch(q, c.payloads.map((payload) => ({ payload })));
     const w = new Worker(new Client(url, { fetch: counting }), { concurrency: 2, pollWaitMs: 30_000, shutdownGraceMs: 1_000, logger: logger() });
     w.handle(q, async (job) => {
       if (job.payload === "fail") throw new PermanentError("fails at once");
-      await eventually("a second poll out", 10_000, () => calls.polls >= 2);
+      await secondPoll;
       return null;
     });
     const r = start(w);
