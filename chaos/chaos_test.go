@@ -88,6 +88,8 @@ func TestChaosLosesNothing(t *testing.T) {
 	}
 
 	h := newHarness(t, cfg.WorkerConcurrency)
+	h.installHistoryLog() // before any task can finish
+	tj := h.startTestJanitor()
 	h.push = startPushTarget(h)
 	h.createQueues(h.push.srv.URL)
 	h.createFairQueue()
@@ -158,6 +160,19 @@ func TestChaosLosesNothing(t *testing.T) {
 	case <-time.After(settleTimeout):
 		t.Errorf("the producer had not finished %s after the fault window", settleTimeout)
 	}
+	// Retention by the day: no workflow is left to resume, so the test's janitor's
+	// clock moves a day and a retention ahead, and faults strike while it drops the
+	// days (held back while a running workflow has a task in them).
+	tj.jumpAhead()
+	for _, f := range retentionTail {
+		in.run(f)
+		hold(time.Second) // the tail's spacing: part of the schedule
+	}
+	select {
+	case <-tj.droppedAhead:
+	case <-time.After(settleTimeout):
+		t.Errorf("the test's janitor dropped no day of done tasks within %s of its clock's jump", settleTimeout)
+	}
 	settled := poll(settleTimeout, func() bool {
 		var open int
 		err := h.dbRetry(5*time.Second, func(ctx context.Context) error {
@@ -171,7 +186,9 @@ func TestChaosLosesNothing(t *testing.T) {
 		t.Errorf("tasks still open %s after the fault window (see 'tasks lost' below)", settleTimeout)
 	}
 
+	tj.stop() // the replicas' janitors go on: the verifier reads one snapshot at a time
 	h.verify(p, ledger, in, rep)
+	fig := h.verifyRetention(tj, rep)
 	text := rep.text()
 	t.Log("\n" + text)
 	if cfg.Report != "" {
@@ -195,6 +212,13 @@ func TestChaosLosesNothing(t *testing.T) {
 	}
 	if len(in.probes) == 0 {
 		t.Errorf("no stale-lease probe ran")
+	}
+	// Each way out of history taken, or the run proves nothing about it.
+	for what, n := range map[string]int{"in batches on the database clock": fig.BatchReplicas,
+		"with their workflow, whole": fig.WithWorkflow, "with their day's partitions": fig.ByDrop} {
+		if n == 0 {
+			t.Errorf("no task left history %s: the run proves nothing about it", what)
+		}
 	}
 }
 

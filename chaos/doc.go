@@ -24,6 +24,16 @@
 // off from PostgreSQL and Redis past a push lease, and crash points inside serve
 // (internal/crashpoint) on two replicas.
 //
+// Retention runs through the faults (retention_test.go): each replica's janitor
+// deletes in batches what the noop queue's one-minute retention (and the fail queue's
+// for dead tasks) lets go, and a janitor of the test's own, on a Store clock it moves a
+// day ahead once the producer is done, drops the day's history partitions (finished
+// workflows whole) while five more faults strike. Triggers the test installs log every
+// row that enters or leaves history; the verifier accounts for every finished task:
+// still in history as it entered it, or removed after its retention age, by a
+// retention statement or with a day that had expired; none finished left in the hot
+// table, none in both, none lost on the way.
+//
 // The package holds no production code: everything is in its tests, which skip
 // under -short. `make test` runs a bounded run (2,000 tasks, 90 s of faults);
 // `make chaos` a long one (100,000 tasks, 60 min of faults). Environment:

@@ -376,7 +376,7 @@ func (r *replica) supervise() {
 			"DATABASE_URL=" + withHostPort(r.h.dbURL, r.pgProxy.Addr()),
 			"REDIS_URL=redis://" + r.redisProxy.Addr(),
 			fmt.Sprintf("TASKFORGE_LISTEN=127.0.0.1:%d", r.port),
-		}, serveEnv...)...)
+		}, append(serveEnv, retentionEnv...)...)...)
 		if !r.calm && r.crashpoints != "" {
 			env = append(env, "TASKFORGE_CRASHPOINTS="+r.crashpoints)
 		}

@@ -40,6 +40,9 @@ func (h *harness) createQueues(target string) {
 			"push": map[string]any{"url": target, "timeout_ms": pushTimeout.Milliseconds()}}),
 	}
 	for _, b := range bodies {
+		if r, ok := queueRetention[b["name"].(string)]; ok {
+			b["retention"] = r
+		}
 		status, data, err := h.mustCall(http.MethodPost, "/queues", b, 30*time.Second)
 		if err != nil || status != http.StatusCreated {
 			h.t.Fatalf("create queue %v: %d %v %s", b["name"], status, err, data)

@@ -28,6 +28,9 @@ type dbTask struct {
 	Step       *string    // the workflow step it runs, if any
 	Replayed   *string    // replayed_from: the task it replays (a resumed step's task replaces one)
 	Finished   *time.Time // finished_at
+	// Removed: retention removed it from history; this is the row as it entered
+	// history, from the test's history log (retention_test.go).
+	Removed bool
 }
 
 type dbAttempt struct {
@@ -102,7 +105,8 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
 		rows, err := tx.Query(ctx, `SELECT id::text, queue, status, attempts, max_retries, idempotency_key, dispatched_at,
-			schedule, workflow_id::text, scheduled_at, created_at, step, replayed_from::text, finished_at FROM all_tasks`)
+			schedule, workflow_id::text, scheduled_at, created_at, step, replayed_from::text, finished_at, false FROM all_tasks
+			UNION ALL `+removedTasksSQL)
 		if err != nil {
 			return err
 		}
@@ -110,7 +114,7 @@ func (h *harness) load() ([]dbTask, []dbAttempt) {
 			return err
 		}
 		rows, err = tx.Query(ctx, `SELECT task_id::text, attempt, worker_id, lease_token::text, status, started_at, finished_at, queue
-			FROM all_attempts ORDER BY task_id, attempt`)
+			FROM all_attempts UNION ALL `+removedAttemptsSQL+` ORDER BY 1, 2`)
 		if err != nil {
 			return err
 		}

@@ -324,7 +324,10 @@ func (h *harness) loadWorkflows() map[string]*dbWorkflow {
 	out := map[string]*dbWorkflow{}
 	err := h.dbRetry(time.Minute, func(ctx context.Context) error {
 		clear(out)
-		rows, err := h.db.Query(ctx, `SELECT id::text, status, idempotency_key FROM workflows`)
+		// Workflows retention removed (whole) count as they were when deleted.
+		rows, err := h.db.Query(ctx, `SELECT id::text, status, idempotency_key FROM workflows
+			UNION ALL SELECT id::text, status, idempotency_key FROM chaos_workflow_gone g
+			WHERE NOT EXISTS (SELECT 1 FROM workflows w WHERE w.id = g.id)`)
 		if err != nil {
 			return err
 		}
@@ -336,7 +339,9 @@ func (h *harness) loadWorkflows() map[string]*dbWorkflow {
 		}); err != nil {
 			return err
 		}
-		rows, err = h.db.Query(ctx, `SELECT workflow_id::text, step, depends_on, task_id::text FROM workflow_steps`)
+		rows, err = h.db.Query(ctx, `SELECT workflow_id::text, step, depends_on, task_id::text FROM workflow_steps
+			UNION ALL SELECT workflow_id::text, step, depends_on, task_id::text FROM chaos_step_gone g
+			WHERE NOT EXISTS (SELECT 1 FROM workflows w WHERE w.id = g.workflow_id)`)
 		if err != nil {
 			return err
 		}
