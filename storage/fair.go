@@ -38,7 +38,7 @@ func (s *Store) DueGroups(ctx context.Context, queue string, afterPriority int, 
 
 // DispatchDueGrouped moves, for each pick, up to its N due pending or retry tasks of
 // its group and priority in fair queue to buffered, oldest first, and returns them
-// for mirroring into the group buffers.
+// for mirroring into the group buffers. It runs on the hot pool (WithHotPool).
 func (s *Store) DispatchDueGrouped(ctx context.Context, queue string, picks []GroupPick) ([]Buffered, error) {
 	if len(picks) == 0 {
 		return nil, nil
@@ -49,7 +49,9 @@ func (s *Store) DispatchDueGrouped(ctx context.Context, queue string, picks []Gr
 	for i, p := range picks {
 		prios[i], groups[i], ns[i] = int32(p.Priority), p.Group, int64(p.N)
 	}
-	rows, err := s.pool.Query(ctx, dispatchDueGrouped, queue, prios, groups, ns, s.now())
+	// On the hot pool: the statement writes its count deltas itself (see its header),
+	// two rows per group instead of the row triggers' two per task.
+	rows, err := s.hot.Query(ctx, dispatchDueGrouped, queue, prios, groups, ns, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("dispatch fair queue %s: %w", queue, err)
 	}

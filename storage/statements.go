@@ -40,7 +40,9 @@ import (
 //
 // Inline tally: on a hot-path connection (HotPathSettings) tally_written_inline() is
 // true, the statements of a task's hot path (enqueue, claim, plain ack) append their
-// own count deltas, and the tally triggers stand aside (migration 0013).
+// own count deltas, and the tally triggers stand aside (migration 0013); with
+// group_tally_written_inline() they append their named groups' deltas too, and the
+// group counts' row triggers stand aside but for a change of group (migration 0028).
 //
 // Workflows (migration 0011): a workflow's bookkeeping rides inside the statements
 // that end its steps' tasks, so it commits with them or not at all. Every statement

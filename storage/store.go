@@ -24,9 +24,10 @@ const DueChannel = "taskforge_due"
 // Store runs TaskForge's queries against a PostgreSQL pool.
 type Store struct {
 	pool *pgxpool.Pool
-	// hot runs the statements on every task's path (the enqueue, the claim, the ack
-	// of a task outside a workflow, heartbeats) on connections opened with
-	// HotPathSettings; it is pool unless WithHotPool says otherwise.
+	// hot runs the statements on every task's path (the enqueue, a fair queue's
+	// dispatch, the claim, the ack of a task outside a workflow, heartbeats) on
+	// connections opened with HotPathSettings; it is pool unless WithHotPool says
+	// otherwise.
 	hot    *pgxpool.Pool
 	sealer *sealer.Sealer   // nil: payloads, results and error texts are stored in clear
 	clock  func() time.Time // nil: the database's now() (see WithClock)
@@ -70,9 +71,9 @@ func WithBulkDuty(duty float64) Option {
 // wall-clock timers.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.clock = now } }
 
-// WithHotPool runs the statements on every task's path (the enqueue, the claim,
-// the ack of a task outside a workflow, heartbeats) on hot, a pool opened with
-// HotPathSettings, rather than on the main pool. Their connections plan each of
+// WithHotPool runs the statements on every task's path (the enqueue, a fair
+// queue's dispatch, the claim, the ack of a task outside a workflow, heartbeats) on
+// hot, a pool opened with HotPathSettings, rather than on the main pool. Their connections plan each of
 // these statements once and write the statements' count deltas themselves, which
 // takes about half of PostgreSQL's CPU off a single-task claim and ack.
 func WithHotPool(hot *pgxpool.Pool) Option { return func(s *Store) { s.hot = hot } }
@@ -129,7 +130,9 @@ func BehindTransactionPooler(url string) ConnectOption {
 //   - writes the count deltas of the hot-path statements in the statements
 //     themselves (taskforge.tally = 'inline'; migration 0013), so that the tally
 //     triggers, which cost each statement a PL/pgSQL call and a query of its
-//     transition tables, stand aside.
+//     transition tables, stand aside; and likewise the named groups' count deltas
+//     (taskforge.group_tally = 'inline'; migration 0028), one row per group and
+//     status per statement instead of a row trigger's call and row per task.
 //
 // Both are session settings, which a transaction pooler does not keep: behind one
 // (BehindTransactionPooler) it changes nothing, the store should be given no hot

@@ -70,5 +70,11 @@ WITH input AS (
 		SELECT queue, 'attempt:succeeded', date_bin('10 seconds', finished_at, 'epoch'), 1 FROM recorded
 	) d
 	GROUP BY queue, metric, bucket
+), grouped AS (
+	-- executing leaves its group; done is not a group's count
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT queue, group_key, 'executing', -count(*) FROM acked
+	WHERE group_key IS NOT NULL AND group_tally_written_inline()
+	GROUP BY queue, group_key
 )
 SELECT id, queue, status, attempts, lease_token, attempt_started_at, traceparent, updated_at, finished_at, group_key FROM acked

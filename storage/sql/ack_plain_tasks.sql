@@ -3,7 +3,8 @@
 -- workflow step's row is left as it is, as if its lease were not held. Without the
 -- workflow CTEs PostgreSQL has a third of ack_tasks' plan to set up on each call. On a
 -- hot-path connection it appends its count deltas (tally_written_inline()): executing
--- to done, and the attempt's outcome in its 10-second bucket.
+-- to done, and the attempt's outcome in its 10-second bucket; and its named groups'
+-- (group_tally_written_inline(), one row per group, migration 0028).
 --
 -- ack_plain_task_refs is the same SQL but for the final SELECT's columns
 -- (TestVariantsShareTheirStatement checks it): change both.
@@ -73,6 +74,12 @@ WITH input AS (
 		SELECT queue, 'attempt:succeeded', date_bin('10 seconds', finished_at, 'epoch'), 1 FROM recorded
 	) d
 	GROUP BY queue, metric, bucket
+), grouped AS (
+	-- executing leaves its group; done is not a group's count
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT queue, group_key, 'executing', -count(*) FROM acked
+	WHERE group_key IS NOT NULL AND group_tally_written_inline()
+	GROUP BY queue, group_key
 )
 SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,

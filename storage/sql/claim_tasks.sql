@@ -5,7 +5,8 @@
 -- claimable (cancelled, already taken by another replica) are skipped; an id given
 -- twice is claimed once. A task outside a workflow gets a plain lease token (a
 -- version 8 UUID, see statements.go). On a hot-path connection it appends its count deltas
--- (tally_written_inline()).
+-- (tally_written_inline()) and its named groups' (group_tally_written_inline(), one
+-- row per group and status, migration 0028).
 --
 -- Parameters:
 --   $1 uuid[]: the id of each row
@@ -45,6 +46,12 @@ WITH input AS (
 	FROM claimed c CROSS JOIN (VALUES ('claimed', -1), ('executing', 1)) AS m(metric, sign)
 	WHERE tally_written_inline()
 	GROUP BY c.queue, m.metric, m.sign
+), grouped AS (
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT c.queue, c.group_key, m.status, m.sign * count(*)
+	FROM claimed c CROSS JOIN (VALUES ('claimed', -1), ('executing', 1)) AS m(status, sign)
+	WHERE c.group_key IS NOT NULL AND group_tally_written_inline()
+	GROUP BY c.queue, c.group_key, m.status, m.sign
 )
 SELECT id, queue, payload, priority, status, scheduled_at, attempts, max_retries,
 	timeout_seconds, idempotency_key, fingerprint, last_error, result, claimed_by, lease_token,

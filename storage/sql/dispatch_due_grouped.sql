@@ -6,6 +6,13 @@
 -- every group with due work gets its turn into the buffer. SKIP LOCKED lets several
 -- dispatchers work the same queue.
 --
+-- It runs on the hot-path pool (Store.DispatchDueGrouped), and on such a connection
+-- appends its own count deltas as the enqueue and the claim do: tallied the queue's
+-- (tally_written_inline(), migration 0013), grouped its named groups', one row per
+-- group and status (group_tally_written_inline(), migration 0028), where the row
+-- triggers would append two rows per task. from_status is the status the row had
+-- when head locked it, which the update then changes.
+--
 -- Parameters:
 --   $1 text: the queue
 --   $2 int4[]: the priority of each pair
@@ -40,9 +47,31 @@ WITH pick AS (
 	WHERE pick.group_key IS NULL
 ), due AS (
 	SELECT * FROM named UNION ALL SELECT * FROM unnamed
+), moved AS (
+	UPDATE tasks t SET status = 'claimed', dispatched_at = coalesce($5::timestamptz, now()),
+		updated_at = coalesce($5::timestamptz, now())
+	FROM due WHERE t.id = due.id
+	RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent, t.group_key
+), tallied AS (
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT $1, metric, '-infinity', sum(n) FROM (
+		SELECT from_status AS metric, -count(*) AS n FROM moved GROUP BY from_status
+		UNION ALL
+		SELECT 'claimed', count(*) FROM moved
+	) d
+	WHERE tally_written_inline()
+	GROUP BY metric
+	HAVING sum(n) <> 0
+), grouped AS (
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT $1, group_key, status, sum(n) FROM (
+		SELECT group_key, from_status AS status, -count(*) AS n FROM moved
+		WHERE group_key IS NOT NULL GROUP BY group_key, from_status
+		UNION ALL
+		SELECT group_key, 'claimed', count(*) FROM moved WHERE group_key IS NOT NULL GROUP BY group_key
+	) d
+	WHERE group_tally_written_inline()
+	GROUP BY group_key, status
+	HAVING sum(n) <> 0
 )
-UPDATE tasks t SET status = 'claimed', dispatched_at = coalesce($5::timestamptz, now()),
-	updated_at = coalesce($5::timestamptz, now())
-FROM due WHERE t.id = due.id
-RETURNING t.id, t.priority, t.scheduled_at, due.status AS from_status, t.traceparent,
-	coalesce(t.group_key, '') AS group_key
+SELECT id, priority, scheduled_at, from_status, traceparent, coalesce(group_key, '') AS group_key FROM moved

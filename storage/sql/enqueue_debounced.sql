@@ -22,7 +22,10 @@
 --     its previous holder inserted; taken in a statement of its own it costs a round
 --     trip or a transaction on every enqueue.
 --   - outcome says what up did: 'created', 'replaced' or 'released'.
---   - tallied appends the count delta of an inserted task on a hot-path connection.
+--   - tallied appends the count delta of an inserted task on a hot-path connection,
+--     grouped its group's (migration 0028). A replacement that moves the task to
+--     another group is counted by the row trigger, on any connection: up's RETURNING
+--     cannot show the old group.
 --   - wake notifies the dispatchers ($2 names the channel) unless only a key was
 --     released: the task's due time is new either way; the final WHERE makes
 --     PostgreSQL evaluate it, once.
@@ -77,6 +80,10 @@ WITH q AS MATERIALIZED (
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT $1, 'pending', '-infinity', 1 FROM up WHERE outcome = 'created' AND tally_written_inline()
+), grouped AS (
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT $1, group_key, 'pending', 1 FROM up
+	WHERE outcome = 'created' AND group_key IS NOT NULL AND group_tally_written_inline()
 ), wake AS (
 	SELECT pg_notify($2, $1) FROM up WHERE outcome <> 'released'
 )

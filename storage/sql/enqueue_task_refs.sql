@@ -92,6 +92,11 @@ WITH q AS MATERIALIZED (
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT $1, status, '-infinity', count(*) FROM ins WHERE tally_written_inline() GROUP BY status
+), grouped AS (
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT $1, group_key, status, count(*) FROM ins
+	WHERE group_key IS NOT NULL AND group_tally_written_inline()
+	GROUP BY group_key, status
 ), wake AS (
 	SELECT pg_notify($2, $1) FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) pending
 )

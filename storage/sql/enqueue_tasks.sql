@@ -21,7 +21,9 @@
 --     CONFLICT DO NOTHING waits for a concurrent inserter of the same key, so
 --     concurrent identical requests create one task, and of two rows of one batch
 --     with the same key the first goes in).
---   - tallied appends the count deltas on a hot-path connection (tally_written_inline()).
+--   - tallied appends the count deltas on a hot-path connection (tally_written_inline()),
+--     grouped the named groups' deltas, one row per group and status however many
+--     tasks it has (group_tally_written_inline(), migration 0028).
 --   - wake notifies the dispatchers ($2 names the channel) when a task went in
 --     pending; the final WHERE is what makes PostgreSQL evaluate it, once.
 --
@@ -117,6 +119,11 @@ WITH q AS MATERIALIZED (
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT $1, status, '-infinity', count(*) FROM ins WHERE tally_written_inline() GROUP BY status
+), grouped AS (
+	INSERT INTO group_tally_delta (queue, group_key, status, delta)
+	SELECT $1, group_key, status, count(*) FROM ins
+	WHERE group_key IS NOT NULL AND group_tally_written_inline()
+	GROUP BY group_key, status
 ), wake AS (
 	SELECT pg_notify($2, $1) FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) pending
 )
