@@ -41,6 +41,7 @@ func TestBrowser(t *testing.T) {
 		{"EditQueueSettings", testEditSettings, nil},
 		{"AuditLogListsOperatorActions", testAuditLog, nil},
 		{"GroupsBusiestFirstLive", testGroupsBusiestFirstLive, nil},
+		{"EditGroupOverrides", testEditGroupOverrides, nil},
 		{"InspectorShowsThreeAttempts", testInspectorAttempts, nil},
 		{"CancelFromInspector", testCancelFromInspector, nil},
 		{"UserStringsRenderInert", testUserStringsRenderInert, nil},

@@ -113,3 +113,55 @@ func testGroupsBusiestFirstLive(t *testing.T, e *env) {
 	page.waitJS(`[...document.querySelectorAll('#task-detail dt')].some((dt) => dt.textContent === 'Group' && dt.nextElementSibling.textContent === 'beta')`, "the task's group")
 	page.checkClean()
 }
+
+// A group's overrides are edited from its row of the Groups panel: Edit fills the
+// form with the group's own values (empty: the queue's default), Save sends them
+// with PUT /queues/:name/groups/:group and the row marks them as the group's own,
+// live; a value the API refuses shows the API's message and changes nothing.
+func testEditGroupOverrides(t *testing.T, e *env) {
+	s := e.srv
+	s.CreateQueue("tenants", map[string]any{"fairness": "round_robin", "paused": true, "group_max_concurrency": 5})
+	s.Must(http.StatusCreated, "POST", "/queues/tenants/tasks/batch", map[string]any{"tasks": []map[string]any{
+		{"payload": 1, "group": "acme"}, {"payload": 2, "group": "acme"}, {"payload": 3, "group": "beta"}}})
+	s.Must(http.StatusOK, "PUT", "/queues/tenants/groups/beta", map[string]any{"weight": 3})
+	type overrides struct {
+		Weight         *int     `json:"weight"`
+		MaxConcurrency *int     `json:"max_concurrency"`
+		RateLimit      *float64 `json:"rate_limit"`
+		RateBurst      *int     `json:"rate_burst"`
+	}
+	acme := func() overrides {
+		var g overrides
+		s.Must(http.StatusOK, "GET", "/queues/tenants/groups/acme", nil).JSON(t, &g)
+		return g
+	}
+
+	page := e.open("#/groups?queue=tenants")
+	row := func(g string) string { return `document.querySelector('#group-list tbody tr[data-group="` + g + `"]')` }
+	page.waitJS(row("beta")+` !== null && `+row("acme")+` !== null`, "both groups")
+	page.click(`#group-list tbody tr[data-group="beta"] button[data-action="edit"]`)
+	page.waitJS(`!document.getElementById('group-edit-card').hidden &&
+		document.getElementById('go-weight').value === '3' && document.getElementById('go-max_concurrency').value === ''`,
+		"beta's own weight in the form, its cap the queue's")
+	page.click(`#group-list tbody tr[data-group="acme"] button[data-action="edit"]`)
+	page.waitJS(`document.getElementById('group-edit-title').textContent.includes('acme') &&
+		document.getElementById('go-weight').value === ''`, "acme's form, no override")
+	page.enter("#go-weight", "4")
+	page.enter("#go-max_concurrency", "2")
+	page.click("#group-save")
+	testserver.Eventually(t, 5*time.Second, "acme's overrides saved", func() bool {
+		g := acme()
+		return g.Weight != nil && *g.Weight == 4 && g.MaxConcurrency != nil && *g.MaxConcurrency == 2 &&
+			g.RateLimit == nil && g.RateBurst == nil
+	})
+	page.waitJS(row("acme")+`.querySelectorAll('td.override').length === 2 && `+
+		row("acme")+`.querySelector('td.override').textContent === '4'`, "acme's row marking its own weight and cap")
+
+	page.enter("#go-weight", "5000")
+	page.click("#group-save")
+	page.waitJS(`document.querySelector('#group-edit .error-box')?.textContent.includes('weight must be an integer from 1 to 1000')`, "the API's message")
+	if g := acme(); g.Weight == nil || *g.Weight != 4 {
+		t.Fatalf("a refused save changed acme's weight: %+v", g)
+	}
+	page.checkClean("status of 400") // the refused PUT
+}

@@ -3,17 +3,28 @@
 // GET /admin/api/queues/:name/groups (busiest first, however many groups the queue
 // has: a page reads its own length), "Load more" appends the next; while the live
 // feed runs, the rows shown are read again every few seconds, in one request, so
-// the order and the counts follow the work.
+// the order and the counts follow the work. A row's Edit fills the overrides form
+// (outside the table, so the live refresh leaves it alone): the group's own weight,
+// cap and rate, empty for the queue's default, saved with
+// PUT /queues/:name/groups/:group.
 import { h, replace, setText, hashLink } from '../dom.js';
 import { api, q } from '../api.js';
 import { store } from '../live.js';
 import * as fmt from '../format.js';
-import { empty, errorBox, busy, field, queueSelect, fillQueueSelect } from '../ui.js';
+import { empty, errorBox, busy, field, queueSelect, fillQueueSelect, toast } from '../ui.js';
 
 const pageSize = 50;
 const maxPage = 500;       // the most groups one request may ask for
 const refreshEvery = 2000; // ms between two background reads of the rows shown
 const countCols = ['pending', 'claimed', 'executing', 'retry', 'dead'];
+// A group's overrides (PUT /queues/:name/groups/:group); empty sends null, the
+// queue's default.
+const overrideFields = [
+  { name: 'weight', label: 'Weight', int: true, hint: '1–1000 turns per round; empty: 1' },
+  { name: 'max_concurrency', label: 'Max concurrency', int: true, hint: 'Executing tasks at once; empty: the queue\'s group default' },
+  { name: 'rate_limit', label: 'Rate limit (tasks/s)', int: false, hint: 'Empty: the queue\'s group default' },
+  { name: 'rate_burst', label: 'Rate burst', int: true, hint: 'Tasks at once within the rate; empty: the default' },
+];
 
 /** fairQueues names the queues of snap whose groups take turns. */
 function fairQueues(snap) {
@@ -40,7 +51,8 @@ export function groups() {
     h('thead', null, h('tr', null,
       h('th', { scope: 'col', text: 'Group' }),
       ...['Pending', 'Claimed', 'Executing', 'Retry', 'Dead'].map((t) => h('th', { scope: 'col', class: 'num', text: t })),
-      ...['Weight', 'Max concurrency', 'Rate limit'].map((t) => h('th', { scope: 'col', class: 'num', text: t })))),
+      ...['Weight', 'Max concurrency', 'Rate limit'].map((t) => h('th', { scope: 'col', class: 'num', text: t })),
+      h('th', { scope: 'col', text: '' }))),
     tbody);
   const wrap = h('div', { class: 'table-wrap' }, table);
   const state = h('div', { class: 'list-state' });
@@ -52,6 +64,64 @@ export function groups() {
     h('section', { class: 'card' }, form, defaults),
     h('section', { class: 'card', 'aria-label': 'Groups of the queue' }, wrap, state, h('div', { class: 'list-foot' }, shown, more)));
   more.addEventListener('click', () => busy(more, () => load(true)));
+
+  // The overrides form of one group, hidden until a row's Edit.
+  let editing = null; // the group being edited
+  const inputs = {};
+  for (const f of overrideFields) {
+    inputs[f.name] = h('input', { id: 'go-' + f.name, name: f.name, type: 'number', step: f.int ? '1' : 'any',
+      inputmode: f.int ? 'numeric' : 'decimal', placeholder: 'default' });
+  }
+  const editTitle = h('h2', { class: 'card-title', id: 'group-edit-title' });
+  const editProblem = h('div');
+  const saveEdit = h('button', { type: 'submit', class: 'btn btn-primary', id: 'group-save', text: 'Save overrides' });
+  const cancelEdit = h('button', { type: 'button', class: 'btn btn-ghost', id: 'group-cancel', text: 'Close' });
+  const editForm = h('form', { class: 'settings-form', id: 'group-edit', 'aria-labelledby': 'group-edit-title', novalidate: true },
+    h('div', { class: 'settings-grid' }, overrideFields.map((f) => field(f.label, inputs[f.name], f.hint))),
+    editProblem, h('div', { class: 'form-actions' }, saveEdit, cancelEdit));
+  const editCard = h('section', { class: 'card', id: 'group-edit-card', hidden: true }, editTitle, editForm);
+  root.insertBefore(editCard, root.lastChild);
+  cancelEdit.addEventListener('click', () => { editing = null; editCard.hidden = true; });
+  editForm.addEventListener('submit', (e) => { e.preventDefault(); saveOverrides(); });
+
+  function edit(g) {
+    editing = g.group;
+    setText(editTitle, `Overrides of group ${g.group}`);
+    for (const f of overrideFields) inputs[f.name].value = g[f.name] === null || g[f.name] === undefined ? '' : String(g[f.name]);
+    replace(editProblem);
+    editCard.hidden = false;
+    inputs.weight.focus();
+  }
+
+  function overridesBody() {
+    const out = {};
+    for (const f of overrideFields) {
+      const raw = inputs[f.name].value.trim();
+      if (raw === '') { out[f.name] = null; continue; }
+      const n = Number(raw);
+      if (!Number.isFinite(n) || (f.int && !Number.isInteger(n))) throw new Error(`${f.label} must be ${f.int ? 'a whole number' : 'a number'}.`);
+      out[f.name] = n;
+    }
+    return out;
+  }
+
+  async function saveOverrides() {
+    if (!editing || !params.queue) return;
+    let body;
+    try { body = overridesBody(); } catch (err) { replace(editProblem, errorBox(err)); return; }
+    const group = editing;
+    const queueName = params.queue;
+    await busy(saveEdit, async () => {
+      try {
+        await api('PUT', `/queues/${q(queueName)}/groups/${q(group)}`, body);
+        replace(editProblem);
+        toast(`Saved the overrides of ${group} in ${queueName}; every replica applies them at its next pop.`);
+        load(false, true);
+      } catch (err) {
+        replace(editProblem, errorBox(err));
+      }
+    });
+  }
 
   // load reads the first page (append false), the next one (append true), or, with
   // refresh, the rows shown again from the start in one request.
@@ -99,7 +169,9 @@ export function groups() {
       ...countCols.map((c) => h('td', { class: ['num', g[c] ? null : 'zero'], dataset: { col: c }, text: fmt.count(g[c]) })),
       limit(e.weight, g.weight, String(e.weight)),
       limit(e.max_concurrency, g.max_concurrency, e.max_concurrency === null ? '—' : fmt.count(e.max_concurrency)),
-      limit(e.rate_limit, g.rate_limit ?? g.rate_burst, e.rate_limit === null ? '—' : `${e.rate_limit}/s, burst ${e.rate_burst}`));
+      limit(e.rate_limit, g.rate_limit ?? g.rate_burst, e.rate_limit === null ? '—' : `${e.rate_limit}/s, burst ${e.rate_burst}`),
+      h('td', null, h('button', { type: 'button', class: 'btn btn-small', dataset: { action: 'edit' }, text: 'Edit',
+        'aria-label': `Edit the overrides of ${g.group}`, onclick: () => edit(g) })));
   }
 
   function showDefaults(snap) {
@@ -123,6 +195,8 @@ export function groups() {
     showDefaults(store.snapshot);
     cursor = null;
     shownCount = 0;
+    editing = null;
+    editCard.hidden = true;
     replace(tbody);
     if (params.queue) load(false);
     else {
