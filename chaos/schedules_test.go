@@ -69,12 +69,15 @@ const scheduleOutageSlack = 3 * time.Second
 const crashRestart = 3 * time.Second
 
 // firingBlocked reports whether, at some moment from from to to, no scheduler could
-// fire: PostgreSQL down (or just back), or every replica down.
+// fire: PostgreSQL down (or just back), a replica cut off by a partition (it may be
+// in the middle of a fire, holding the schedule's row, which every other scheduler
+// skips until the partition heals; then the overdue ticks collapse into one), or
+// every replica down.
 func firingBlocked(events []event, from, to time.Time) bool {
 	down := map[string][][2]time.Time{} // replica → its down intervals
 	for _, e := range events {
 		switch {
-		case e.Kind == string(faultPGFast) || e.Kind == string(faultPGKill):
+		case e.Kind == string(faultPGFast) || e.Kind == string(faultPGKill) || e.Kind == string(faultPartition):
 			back := e.Back
 			if back.IsZero() {
 				back = to
