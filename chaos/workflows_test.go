@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -193,7 +192,10 @@ func (h *harness) resume(ctx context.Context, w wfSpec, l *wfLedger) {
 			problem("the workflow ended %s (step %s %s) before its resume", status, w.Dies, taskStatus)
 			return
 		}
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) || time.Now().After(deadline) {
+		// An error (no step task yet, or an outage outlasting dbRetry's 10 s, as a
+		// PostgreSQL restart on a loaded machine can) is looked at again until the
+		// deadline: giving up early would leave the workflow failed, unresumed.
+		if time.Now().After(deadline) {
 			problem("not failed by %s: %s/%s %v", deadline.Format("15:04:05"), status, taskStatus, err)
 			return
 		}
