@@ -545,6 +545,10 @@ func printBulkCancel(cmd *cobra.Command, o *cliOptions, queue string, res client
 	return err
 }
 
+// lastLookTimeout bounds task wait's one look at the task after its --timeout fell
+// before any answer.
+const lastLookTimeout = 10 * time.Second
+
 func taskWaitCommand(o *cliOptions) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -567,6 +571,16 @@ and exits with 1; without it, it waits until interrupted.`,
 				defer cancel()
 			}
 			t, err := c.WaitTask(ctx, args[0], args[1])
+			if t == nil && timeout > 0 && errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				// The timeout fell before the server's first answer (a slow server or
+				// a short timeout): look once more, so that the task is shown as it is.
+				look, cancel := context.WithTimeout(cmd.Context(), lastLookTimeout)
+				t, err = c.GetTask(look, args[0], args[1])
+				cancel()
+				if err == nil {
+					err = context.DeadlineExceeded
+				}
+			}
 			timedOut := err != nil && errors.Is(err, context.DeadlineExceeded) && t != nil
 			if err != nil && !timedOut {
 				return withExitCode(err)
