@@ -32,11 +32,13 @@ const (
 	pollAcksBodyLimit = 2 << 20
 )
 
-// pollRequest is the body of a poll (wire.PollRequest). Prefetch marks a poll for
-// tasks the worker will hold until a slot frees: queues with a concurrency cap are
-// skipped, since a task waiting at the worker would hold one of the cap's slots
-// without running. Acks are acks of this worker's tasks to commit before claiming,
-// saving the worker a request per task; a poll carrying acks does not wait for work.
+// pollRequest is the body of a poll (wire.PollRequest). PrefetchTasks says how many
+// of its tasks the worker will hold until a slot frees: those come only from
+// queues without a concurrency cap, since a task waiting at the worker would hold
+// one of the cap's slots without running; the rest of the poll fills free slots
+// from any queue. Prefetch (the older form) makes every task of the poll prefetch.
+// Acks are acks of this worker's tasks to commit before claiming, saving the
+// worker a request per task; a poll carrying acks does not wait for work.
 type pollRequest = wire.PollRequest
 
 // pollSpec is what one poll asks for.
@@ -44,7 +46,9 @@ type pollSpec struct {
 	workerID string
 	queues   []string
 	maxTasks int
-	prefetch bool
+	// prefetchTasks of maxTasks are for the worker to hold until a slot frees:
+	// capped queues fill only the first maxTasks-prefetchTasks tasks (free).
+	prefetchTasks int
 	// acks are the poll's acks of the worker's finished tasks: the first queue
 	// claimed from commits them with its claim (lifecycle.ClaimAcking).
 	acks []storage.AckItem
@@ -111,6 +115,11 @@ func (s *Server) poll(c *gin.Context) {
 			return
 		}
 	}
+	prefetchTasks, err := pollPrefetch(req, maxTasks)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
 	var acks []storage.AckItem
 	if len(req.Acks) > 0 {
 		var err error
@@ -124,7 +133,7 @@ func (s *Server) poll(c *gin.Context) {
 	if len(acks) > 0 {
 		waitMs = 0 // the worker waits for these answers: do not hold them back
 	}
-	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetch: req.Prefetch, acks: acks}
+	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetchTasks: prefetchTasks, acks: acks}
 	res, err := s.longPoll(c, spec, time.Duration(waitMs)*time.Millisecond)
 	acked := res.acked
 	if err != nil && len(res.tasks) == 0 {
@@ -162,6 +171,28 @@ func (s *Server) poll(c *gin.Context) {
 	c.JSON(http.StatusOK, body)
 }
 
+// pollPrefetch is how many of a poll's maxTasks tasks are prefetch: prefetch_tasks
+// (0..max_tasks), or all of them for the older "prefetch": true.
+func pollPrefetch(req pollRequest, maxTasks int) (int, error) {
+	n := 0
+	if req.PrefetchTasks != nil {
+		if n = *req.PrefetchTasks; n < 0 || n > maxTasks {
+			return 0, invalid("prefetch_tasks must be an integer from 0 to max_tasks (%d)", maxTasks)
+		}
+	}
+	if req.Prefetch {
+		if req.PrefetchTasks != nil && n != maxTasks {
+			return 0, invalid(`"prefetch": true makes all max_tasks (%d) tasks prefetch; prefetch_tasks %d says otherwise`, maxTasks, n)
+		}
+		n = maxTasks
+	}
+	return n, nil
+}
+
+// free is how many of the poll's tasks fill free slots: the first ones of the
+// answer, the only ones a capped queue may give.
+func (p pollSpec) free() int { return p.maxTasks - p.prefetchTasks }
+
 // pollResult is what one poll obtained.
 type pollResult struct {
 	tasks []storage.Task
@@ -178,7 +209,7 @@ type pollResult struct {
 func (s *Server) longPoll(ctx context.Context, p pollSpec, wait time.Duration) (pollResult, error) {
 	deadline := time.Now().Add(wait)
 	parkOn := p.queues
-	if p.prefetch {
+	if p.free() == 0 {
 		// A wake-up for a queue the poll skips would be wasted on it, and another
 		// waiter not woken.
 		var err error
@@ -257,10 +288,18 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("settings of queue %s: %w", q, err)
 		}
-		if !ok || (p.prefetch && (limits.MaxConcurrency > 0 || limits.GroupMaxConcurrency > 0)) {
-			continue // unknown queue, or a capped one a prefetch would hold a slot of
+		if !ok {
+			continue // unknown queue
 		}
-		tasks, acked, retryAfter, err := s.lc.ClaimAcking(ctx, p.workerID, q, limits, p.maxTasks-len(res.tasks), 0, acks)
+		room := p.maxTasks - len(res.tasks)
+		if limits.MaxConcurrency > 0 || limits.GroupMaxConcurrency > 0 {
+			// A capped queue fills free slots only: a task it gave that waited at
+			// the worker would hold one of the cap's slots without running.
+			if room = min(room, p.free()-len(res.tasks)); room <= 0 {
+				continue
+			}
+		}
+		tasks, acked, retryAfter, err := s.lc.ClaimAcking(ctx, p.workerID, q, limits, room, 0, acks)
 		res.tasks = append(res.tasks, tasks...)
 		if len(acks) > 0 && acked != nil {
 			acks = nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,6 +199,112 @@ func TestPrefetchPollSkipsCappedQueues(t *testing.T) {
 	}
 	if resp := s.Do("POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"open"}, "prefetch": "yes"}); resp.Status != 400 {
 		t.Fatalf("prefetch \"yes\": %d %s", resp.Status, resp.Body)
+	}
+}
+
+// TestPollPrefetchTasks: a poll whose prefetch_tasks of max_tasks are prefetch
+// fills its free part (the first max_tasks-prefetch_tasks tasks) from every queue
+// and its prefetch part only from queues without a cap, so a capped queue never
+// gives more than the free part, and nothing once earlier queues filled it; bad
+// values are refused and take nothing.
+func TestPollPrefetchTasks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("capped", map[string]any{"max_concurrency": 5})
+	s.CreateQueue("open", nil)
+	for i := 0; i < 3; i++ {
+		s.Enqueue("capped", map[string]any{"payload": i})
+	}
+	for i := 0; i < 6; i++ {
+		s.Enqueue("open", map[string]any{"payload": i})
+	}
+	buffered := func(q string) int64 { return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key(q)).Val() }
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
+		return buffered("capped") == 3 && buffered("open") == 6
+	})
+
+	bad := []map[string]any{
+		{"max_tasks": 4, "prefetch_tasks": -1},
+		{"max_tasks": 4, "prefetch_tasks": 5},
+		{"prefetch_tasks": 2}, // max_tasks defaults to 1
+		{"max_tasks": 4, "prefetch_tasks": 1.5},
+		{"max_tasks": 4, "prefetch_tasks": "2"},
+		{"max_tasks": 4, "prefetch_tasks": 2, "prefetch": true},
+	}
+	for _, b := range bad {
+		b["worker_id"], b["queues"] = "w", []string{"capped", "open"}
+		if resp := s.Do("POST", "/workers/poll", b); resp.Status != 400 || resp.ErrorCode(t) != "invalid_request" {
+			t.Errorf("poll %v: %d %s", b, resp.Status, resp.Body)
+		}
+	}
+	if buffered("capped") != 3 || buffered("open") != 6 {
+		t.Fatalf("bad polls took tasks: capped %d, open %d buffered", buffered("capped"), buffered("open"))
+	}
+
+	var got struct{ Tasks []testserver.Polled }
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"capped", "open"},
+		"max_tasks": 6, "prefetch_tasks": 4}).JSON(t, &got)
+	queues := func() (out []string) {
+		for _, p := range got.Tasks {
+			out = append(out, p.Queue)
+		}
+		return out
+	}
+	if want := []string{"capped", "capped", "open", "open", "open", "open"}; !slices.Equal(queues(), want) {
+		t.Fatalf("poll of 6 with 4 prefetch took %v, want %v", queues(), want)
+	}
+	// The uncapped queue first: its tasks fill the two free places, and the
+	// capped queue, which may only fill free places, gives nothing.
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"open", "capped"},
+		"max_tasks": 4, "prefetch_tasks": 2}).JSON(t, &got)
+	if want := []string{"open", "open"}; !slices.Equal(queues(), want) {
+		t.Fatalf("poll of open then capped took %v, want %v", queues(), want)
+	}
+	if n := buffered("capped"); n != 1 {
+		t.Fatalf("the capped queue gave a prefetch: %d left buffered, want 1", n)
+	}
+	// "prefetch": true is prefetch_tasks = max_tasks, and both may be given.
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"capped"},
+		"max_tasks": 2, "prefetch_tasks": 2, "prefetch": true}).JSON(t, &got)
+	if len(got.Tasks) != 0 {
+		t.Fatalf("an all-prefetch poll of the capped queue took %v", queues())
+	}
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"capped"},
+		"max_tasks": 2, "prefetch_tasks": 0}).JSON(t, &got)
+	if want := []string{"capped"}; !slices.Equal(queues(), want) {
+		t.Fatalf("poll with prefetch_tasks 0 took %v, want %v", queues(), want)
+	}
+}
+
+// TestPollPrefetchTasksGroupCap: a fair queue with a group cap is capped too: a
+// poll's prefetch part takes nothing from it, its free part does.
+func TestPollPrefetchTasksGroupCap(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("fair", map[string]any{"fairness": "round_robin", "group_max_concurrency": 2})
+	s.CreateQueue("open", nil)
+	for _, g := range []string{"a", "b"} {
+		for i := 0; i < 2; i++ {
+			s.Enqueue("fair", map[string]any{"payload": i, "group": g})
+		}
+	}
+	for i := 0; i < 4; i++ {
+		s.Enqueue("open", map[string]any{"payload": i})
+	}
+	buffered := func(q string) int64 { return s.Redis.ZCard(t.Context(), s.Server.Buffer.Key(q)).Val() }
+	s.Signals.DispatchPass.WaitUntil(t, "a dispatcher pass that buffers the tasks", func() bool {
+		ids, _, err := s.Server.Buffer.FairSize(t.Context(), "fair")
+		return err == nil && ids >= 2 && buffered("open") == 4
+	})
+	var got struct{ Tasks []testserver.Polled }
+	s.Must(200, "POST", "/workers/poll", map[string]any{"worker_id": "w", "queues": []string{"fair", "open"},
+		"max_tasks": 5, "prefetch_tasks": 4}).JSON(t, &got)
+	var queues []string
+	for _, p := range got.Tasks {
+		queues = append(queues, p.Queue)
+	}
+	if want := []string{"fair", "open", "open", "open", "open"}; !slices.Equal(queues, want) {
+		t.Fatalf("poll of 5 with 4 prefetch took %v, want %v", queues, want)
 	}
 }
 

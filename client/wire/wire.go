@@ -104,8 +104,14 @@ type PollRequest struct {
 	// (0..30000); absent means 0.
 	WaitMs *int `json:"wait_ms,omitempty"`
 	// Prefetch asks only for tasks of queues without a concurrency cap: tasks the
-	// worker will hold until a slot frees.
+	// worker will hold until a slot frees. It is PrefetchTasks = MaxTasks, kept
+	// for workers that predate PrefetchTasks.
 	Prefetch bool `json:"prefetch,omitempty"`
+	// PrefetchTasks (0..MaxTasks) is how many of the poll's tasks are prefetch:
+	// the first MaxTasks-PrefetchTasks tasks of the answer fill free slots and may
+	// come from any queue; the rest only from queues without a concurrency cap
+	// (no max_concurrency, no group cap). Absent means 0 (or MaxTasks with Prefetch).
+	PrefetchTasks *int `json:"prefetch_tasks,omitempty"`
 	// Acks (up to 100) are committed before the poll claims anything. A poll
 	// carrying acks does not wait for work.
 	Acks []AckItem `json:"acks,omitempty"`

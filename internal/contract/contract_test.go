@@ -48,6 +48,7 @@ func TestCheck(t *testing.T) {
 		{"a status the operation does not list", "GET", "/healthz", "", 418, badRequest, "status is not supported"},
 		{"an unknown route answered by the router", "GET", "/nowhere", "", 404, `{"error":{"code":"not_found","message":"no such route"}}`, ""},
 		{"an undocumented route that answers", "GET", "/nowhere", "", 200, `{}`, "no operation in the document"},
+		{"a poll whose tasks are part prefetch", "POST", "/workers/poll", `{"worker_id":"w","queues":["q"],"max_tasks":4,"prefetch_tasks":2}`, 200, `{"tasks":[]}`, ""},
 		{"a catch-all route", "GET", "/admin/assets/js/api.js", "", 200, "x", ""},
 		{"a path that differs from another by its trailing slash", "GET", "/admin/", "", 200, "<html>", ""},
 	}
