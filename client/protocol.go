@@ -26,8 +26,15 @@ type PollRequest struct {
 	Wait time.Duration
 	// Prefetch asks only for tasks of queues without a concurrency cap: the poll is
 	// for tasks the worker will hold until a slot frees, and a task waiting at the
-	// worker would take one of a cap's slots without running.
+	// worker would take one of a cap's slots without running. It is PrefetchTasks
+	// = MaxTasks, as servers before PrefetchTasks understand it.
 	Prefetch bool
+	// PrefetchTasks (0..MaxTasks) is how many of the MaxTasks tasks the worker will
+	// hold until a slot frees: the first MaxTasks-PrefetchTasks tasks of the answer
+	// fill free slots and may come from any queue, the rest come only from queues
+	// without a concurrency cap (no max_concurrency, no group cap). Zero is not
+	// sent; a server older than the field refuses a poll with it (ErrInvalidRequest).
+	PrefetchTasks int
 	// Acks (up to 100) are committed before the poll claims anything, saving a
 	// request per task. A poll carrying acks does not wait for work: it answers
 	// as soon as they are committed, with whatever tasks were ready.
@@ -55,6 +62,9 @@ func (c *Client) Poll(ctx context.Context, r PollRequest) (*PollResult, error) {
 func (c *Client) poll(ctx context.Context, r PollRequest) (*PollResult, time.Time, error) {
 	body := wire.PollRequest{WorkerID: r.WorkerID, Queues: r.Queues, MaxTasks: Ptr(max(r.MaxTasks, 1)),
 		WaitMs: Ptr(int(r.Wait.Milliseconds())), Prefetch: r.Prefetch, Acks: r.Acks}
+	if r.PrefetchTasks > 0 {
+		body.PrefetchTasks = Ptr(r.PrefetchTasks)
+	}
 	var out wire.PollResponse
 	date, status, err := c.do(ctx, http.MethodPost, "/workers/poll", nil, body, &out)
 	if err != nil {

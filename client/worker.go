@@ -24,12 +24,14 @@ type WorkerConfig struct {
 	Concurrency int
 	// Prefetch is how many tasks the worker may claim beyond its free slots, so
 	// that when a handler returns the next task is already at hand rather than a
-	// poll's round trip away. A prefetched task is heartbeated while it waits and
-	// starts, in the order claimed, as soon as a slot frees up; its lease and its
-	// timeout run from the claim. The worker prefetches only while its handlers
-	// run short (a recent average under PrefetchBelow), so a prefetched task never
-	// waits long behind a slow one while another worker sits idle. Defaults to 1;
-	// a negative value turns prefetching off.
+	// poll's round trip away. One poll asks for the free slots and the prefetch
+	// room together (a capped queue fills only the free slots). A prefetched task
+	// is heartbeated while it waits and starts, in the order claimed, as soon as a
+	// slot frees up; its lease and its timeout run from the claim. The worker
+	// prefetches only while its handlers run short (a recent average under
+	// PrefetchBelow), so a prefetched task never waits long behind a slow one while
+	// another worker sits idle. Defaults to Concurrency (at most 100); a negative
+	// value turns prefetching off.
 	Prefetch int
 	// PrefetchBelow is the average handler duration under which the worker
 	// prefetches. Defaults to DefaultPrefetchBelow. Raise it for handlers that take
@@ -173,7 +175,7 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.ID = fmt.Sprintf("%s-%d-%s", cmp.Or(host, "worker"), os.Getpid(), hex.EncodeToString(b))
 	}
 	c.Concurrency = cmp.Or(c.Concurrency, 10)
-	c.Prefetch = cmp.Or(c.Prefetch, 1)
+	c.Prefetch = cmp.Or(c.Prefetch, min(c.Concurrency, maxPollTasks))
 	c.PrefetchBelow = cmp.Or(c.PrefetchBelow, DefaultPrefetchBelow)
 	c.PollWait = cmp.Or(c.PollWait, 10*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 10*time.Second)
@@ -189,8 +191,8 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 }
 
 // Worker runs handlers for the tasks of its queues: it long-polls for as many
-// tasks as it has free slots (and, while its handlers run short, for one more
-// to have at hand: WorkerConfig.Prefetch), heartbeats every task it holds at the
+// tasks as it has free slots (and, while its handlers run short, for more to
+// have at hand: WorkerConfig.Prefetch), heartbeats every task it holds at the
 // interval the server advertises, and acks or nacks each one when its handler
 // returns.
 //
@@ -313,11 +315,13 @@ type runner struct {
 	bg     context.Context
 	stopBG context.CancelFunc
 
-	slots   *slots
-	acks    chan *job      // to the ack sender
-	held    sync.WaitGroup // one count per job held, from its claim to its report
-	beats   *heartbeater
-	stopped chan struct{} // closed when Run returns: the slot keeper and the ack sender end
+	slots *slots
+	// oldServer: the server refused prefetch_tasks; only the poller touches it.
+	oldServer bool
+	acks      chan *job      // to the ack sender
+	held      sync.WaitGroup // one count per job held, from its claim to its report
+	beats     *heartbeater
+	stopped   chan struct{} // closed when Run returns: the slot keeper and the ack sender end
 }
 
 func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, queues []string) *runner {

@@ -30,11 +30,19 @@ func (r *runner) poll(ctx context.Context) error {
 			continue
 		}
 		sent := time.Now()
-		asked := min(p.want, maxPollTasks)
-		res, date, err := r.c.poll(ctx, PollRequest{WorkerID: r.cfg.ID, Queues: r.queues,
-			MaxTasks: asked, Wait: r.cfg.PollWait, Prefetch: p.prefetch, Acks: ackItems(p.acks)})
+		req := r.pollRequest(p)
+		asked := req.MaxTasks
+		res, date, err := r.c.poll(ctx, req)
 		recv := r.clock.Now()
 		r.settlePollAcks(p.acks, res, err)
+		if err != nil && req.PrefetchTasks > 0 && errors.Is(err, ErrInvalidRequest) && !r.oldServer {
+			// A server older than prefetch_tasks refuses the field (and acked
+			// nothing): ask for free slots and prefetch room in separate polls.
+			r.oldServer = true
+			r.log.Warn("the server refused a poll with prefetch_tasks; polling as for an older server", "err", err)
+			r.event(EventPolled, "", err)
+			continue
+		}
 		if err == nil {
 			jobs := make([]*job, len(res.Tasks))
 			for i, t := range res.Tasks {
@@ -67,6 +75,22 @@ func (r *runner) poll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pollRequest is the poll that asks for p: free slots and prefetch room together,
+// or, against a server older than prefetch_tasks, the free slots alone while there
+// are any and the prefetch room ("prefetch": true) when there are not.
+func (r *runner) pollRequest(p pollPlan) PollRequest {
+	req := PollRequest{WorkerID: r.cfg.ID, Queues: r.queues, MaxTasks: p.want, Wait: r.cfg.PollWait,
+		PrefetchTasks: p.prefetch, Acks: ackItems(p.acks)}
+	switch {
+	case !r.oldServer:
+	case p.free > 0:
+		req.MaxTasks, req.PrefetchTasks = p.free, 0
+	default:
+		req.Prefetch, req.PrefetchTasks = true, 0
+	}
+	return req
 }
 
 // newJob is a claimed task, its lease estimated from the poll's answer received

@@ -63,11 +63,11 @@ type returnEvent struct {
 	handed    chan bool
 }
 
-// pollPlan is what the next poll asks for.
+// pollPlan is what the next poll asks for: free tasks for free slots, and
+// prefetch more to hold until a slot frees (want = free + prefetch).
 type pollPlan struct {
-	want     int
-	prefetch bool
-	acks     []*job // acks for the poll to carry
+	want, free, prefetch int
+	acks                 []*job // acks for the poll to carry
 }
 
 // heldJob is a job shutdown takes back.
@@ -145,7 +145,8 @@ func (s *slots) run() {
 			s.wakePoller()
 		case reply := <-s.plans:
 			p := pollPlan{}
-			p.want, p.prefetch = s.pollSize(st)
+			p.free, p.prefetch = s.pollSize(st)
+			p.want = p.free + p.prefetch
 			st.pollerIdle = p.want <= 0
 			p.acks, st.pollAcks = st.pollAcks, nil
 			st.ackPollOut = !st.pollerIdle && len(p.acks) > 0
@@ -178,18 +179,19 @@ func (s *slots) run() {
 	}
 }
 
-// pollSize is how many tasks the next poll asks for: the free slots, or when
-// every slot is taken, the room left for prefetched tasks (prefetch is then true).
-// Tasks whose handler returned but whose ack or nack is still on its way hold no
-// slot, so the next poll overlaps with their report.
-func (s *slots) pollSize(st *slotState) (n int, prefetch bool) {
-	if free := s.concurrency - st.running - len(st.waiting); free > 0 {
-		return free, false
+// pollSize is how many tasks the next poll asks for: the free slots, and while
+// handlers run short, the room left for prefetched tasks, in one poll (at most
+// maxPollTasks, free slots first). Tasks whose handler returned but whose ack or
+// nack is still on its way hold no slot, so the next poll overlaps with their
+// report.
+func (s *slots) pollSize(st *slotState) (free, prefetch int) {
+	free = max(s.concurrency-st.running-len(st.waiting), 0)
+	if s.prefetch > 0 && st.avgRun > 0 && st.avgRun < s.prefetchBelow {
+		// Waiting jobs beyond the slots they will fill are prefetched ones.
+		prefetch = max(s.prefetch-max(len(st.waiting)+st.running-s.concurrency, 0), 0)
 	}
-	if s.prefetch <= 0 || st.avgRun == 0 || st.avgRun >= s.prefetchBelow {
-		return 0, false
-	}
-	return s.prefetch - len(st.waiting), true
+	free = min(free, maxPollTasks)
+	return free, min(prefetch, maxPollTasks-free)
 }
 
 // handlerReturned frees ev.job's slot while its outcome is reported, and folds the

@@ -63,7 +63,7 @@ after; the report records the PostgreSQL settings it ran with.
 
 A layout PxC is P worker processes with --concurrency C each: 16x1 is sixteen
 workers polling for one task at a time, 1x16 one process polling for up to 16.
-PxC+F sets each worker's --prefetch to F (default 1): 16x1+0 prefetches nothing.
+PxC+F sets each worker's --prefetch to F (default: its concurrency): 16x1+0 prefetches nothing.
 Figures come from the attempts table (database clock); see docs/benchmarks.md.
 Exit status 1 when a step failed or a check did not hold.`,
 		Args: usageArgs(cobra.NoArgs),

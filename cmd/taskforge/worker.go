@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -134,6 +135,8 @@ their retry budget, and exits 0.`,
 				return usagef("--concurrency must be at least 1")
 			}
 			switch {
+			case !cmd.Flags().Changed("prefetch"):
+				cfg.Prefetch = 0 // the SDK's default: --concurrency, at most 100
 			case cfg.Prefetch < 0 || cfg.Prefetch > 100:
 				return usagef("--prefetch must be from 0 to 100")
 			case cfg.Prefetch == 0:
@@ -196,7 +199,7 @@ their retry budget, and exits 0.`,
 				w.Handle(b.queue, b.h)
 			}
 			log.Info("worker started", "worker_id", w.ID(), "server", c.URL(), "queues", queues,
-				"concurrency", cfg.Concurrency, "prefetch", max(cfg.Prefetch, 0), "grace", cfg.ShutdownGrace)
+				"concurrency", cfg.Concurrency, "prefetch", max(cmp.Or(cfg.Prefetch, min(cfg.Concurrency, 100)), 0), "grace", cfg.ShutdownGrace)
 			if err := w.Run(ctx); err != nil {
 				return withExitCode(err)
 			}
@@ -209,7 +212,7 @@ their retry budget, and exits 0.`,
 	fs.StringVar(&token, "token", envOr("TASKFORGE_TOKEN", ""), "API token with the worker role ($TASKFORGE_TOKEN)")
 	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
 	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
-	fs.IntVar(&cfg.Prefetch, "prefetch", 1, "tasks claimed ahead of a free slot while handlers run under --prefetch-below on average (0: none)")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 0, "tasks claimed ahead of a free slot while handlers run under --prefetch-below on average (0: none; unset: --concurrency, at most 100)")
 	fs.DurationVar(&cfg.PrefetchBelow, "prefetch-below", client.DefaultPrefetchBelow, "average handler duration under which the worker prefetches")
 	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")
 	fs.DurationVar(&cfg.ShutdownGrace, "grace", 10*time.Second, "on SIGTERM, how long running tasks may finish before they are handed back")

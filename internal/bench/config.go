@@ -43,7 +43,7 @@ const (
 type Layout struct {
 	Procs       int
 	Concurrency int
-	// Prefetch is the worker's --prefetch: 0 leaves the worker's default (1), a
+	// Prefetch is the worker's --prefetch: 0 leaves the worker's default (its concurrency), a
 	// negative value turns prefetching off, a positive one sets it.
 	Prefetch int
 	// Protocol is the worker's --protocol: "" (the SDK's runtime), "plain" (each

@@ -30,7 +30,7 @@
 // A layout "PxC" is P worker processes each running up to C tasks at once (and
 // so polling for up to C tasks per request): "16x1" is sixteen workers that each
 // ask for one task at a time, "1x16" one process that asks for up to sixteen.
-// "PxC+F" sets each worker's prefetch (default 1) to F: "16x1+0" prefetches nothing.
+// "PxC+F" sets each worker's prefetch (default: its concurrency) to F: "16x1+0" prefetches nothing.
 //
 // # Method
 //
