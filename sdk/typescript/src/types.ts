@@ -350,8 +350,14 @@ export interface PollRequest {
   max_tasks?: number;
   /** 0..30,000: how long the server may wait for the first task. */
   wait_ms?: number;
-  /** Skip queues with a max_concurrency: the worker will hold these tasks until a slot frees. */
+  /** All the tasks are prefetch (as prefetch_tasks = max_tasks): capped queues are skipped. */
   prefetch?: boolean;
+  /**
+   * 0..max_tasks: how many of the tasks the worker will hold until a slot frees. The
+   * first max_tasks - prefetch_tasks fill free slots from any queue; the rest come only
+   * from queues without max_concurrency or group_max_concurrency.
+   */
+  prefetch_tasks?: number;
   /** Up to 100 acks committed before the claim; a poll carrying acks does not wait. */
   acks?: AckItem[];
 }

@@ -40,8 +40,9 @@ export interface WorkerOptions {
    * How many tasks the worker may claim beyond its free slots while its handlers
    * run short (a recent average under `prefetchBelowMs`), so that when a handler
    * returns the next task is already at hand. A prefetched task is heartbeated
-   * while it waits; its lease and timeout run from the claim. Defaults to 1; 0 turns
-   * prefetching off.
+   * while it waits; its lease and timeout run from the claim. One poll asks for the
+   * free slots and the prefetch room together (capped queues fill only free slots).
+   * Defaults to `concurrency` (at most 100); 0 turns prefetching off.
    */
   prefetch?: number;
   /** The average handler duration under which the worker prefetches, in ms. Defaults to 250. */
@@ -222,10 +223,11 @@ export class Worker {
     const id = options.id || `${hostname() || "worker"}-${process.pid}-${Math.random().toString(16).slice(2, 8)}`;
     const nonNeg = (v: number | undefined, d: number) => (v === undefined || !Number.isFinite(v) || v < 0 ? d : v);
     const retryMinMs = nonNeg(options.retryMinMs, 100) || 100;
+    const concurrency = Math.floor(nonNeg(options.concurrency, 10)) || 10;
     this.#opts = {
       id,
-      concurrency: Math.floor(nonNeg(options.concurrency, 10)) || 10,
-      prefetch: Math.min(Math.floor(nonNeg(options.prefetch, 1)), MAX_POLL_TASKS),
+      concurrency,
+      prefetch: Math.min(Math.floor(nonNeg(options.prefetch, concurrency)), MAX_POLL_TASKS),
       prefetchBelowMs: nonNeg(options.prefetchBelowMs, 250),
       pollWaitMs: Math.min(Math.floor(nonNeg(options.pollWaitMs, 10_000)), MAX_WAIT_MS),
       shutdownGraceMs: nonNeg(options.shutdownGraceMs, 10_000),
@@ -303,6 +305,8 @@ class Run {
    * so a poll out without acks is likely waiting for work and an ack goes at once.
    */
   #lastShort = false;
+  /** The server refused prefetch_tasks (older than the field): free slots and prefetch room go in separate polls. */
+  #oldServer = false;
   #holdTimer: ReturnType<typeof setTimeout> | undefined;
   #pollerGone = false;
   #pollAcks: Held[] = [];
@@ -327,14 +331,21 @@ class Run {
     const b = new Backoff(this.#o.retryMinMs, this.#o.retryMaxMs);
     let fatal: unknown;
     while (!stop.aborted) {
-      const { want, prefetch, acks } = this.#nextPoll();
-      if (want <= 0) {
+      const { free, prefetch, acks } = this.#nextPoll();
+      if (free + prefetch <= 0) {
         this.#ackAlone(acks);
         await this.#slotFreedOr(stop);
         continue;
       }
       const sent = Date.now();
-      const asked = Math.min(want, MAX_POLL_TASKS);
+      // Free slots and prefetch room in one poll; against a server older than
+      // prefetch_tasks, the free slots while there are any, else the prefetch room.
+      let asked = free + prefetch;
+      let shape: { prefetch?: boolean; prefetch_tasks?: number } = prefetch > 0 ? { prefetch_tasks: prefetch } : {};
+      if (this.#oldServer) {
+        asked = free > 0 ? free : prefetch;
+        shape = free > 0 ? {} : { prefetch: true };
+      }
       this.#ackPollOut = acks.length > 0;
       this.#pollOut = true;
       const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
@@ -344,7 +355,7 @@ class Run {
       try {
         const a = await this.#c.pollAnswer({
           worker_id: this.#o.id, queues: this.#queues, max_tasks: asked, wait_ms: this.#o.pollWaitMs,
-          ...(prefetch ? { prefetch: true } : {}), ...(acks.length ? { acks: ackItems(acks) } : {}),
+          ...shape, ...(acks.length ? { acks: ackItems(acks) } : {}),
         }, { signal: t.signal });
         res = a.body;
         date = a.date;
@@ -359,6 +370,12 @@ class Run {
       this.#settlePollAcks(acks, res);
       if (!res) {
         if (stop.aborted) break;
+        if (shape.prefetch_tasks !== undefined && isErrorCode(err, "invalid_request") && !this.#oldServer) {
+          // A server older than prefetch_tasks refuses the field (and acked nothing).
+          this.#oldServer = true;
+          this.#o.logger.warn("the server refused a poll with prefetch_tasks; polling as for an older server", { err: messageOf(err) });
+          continue;
+        }
         if (isErrorCode(err, "invalid_request") || isErrorCode(err, "not_found") || isErrorCode(err, "method_not_allowed")) {
           fatal = new Error(`taskforge worker ${this.#o.id}: ${messageOf(err)}`, { cause: err });
           break;
@@ -387,25 +404,26 @@ class Run {
   }
 
   /**
-   * What the next poll asks for: the free slots, or when every slot is taken and
-   * handlers run short, the room left for prefetched tasks; and the acks it carries.
-   * Tasks whose handler returned but whose report is on its way hold no slot.
+   * What the next poll asks for: the free slots, and while handlers run short the
+   * room left for prefetched tasks (at most 100 in all, free slots first); and the
+   * acks it carries. Tasks whose handler returned but whose report is on its way
+   * hold no slot.
    */
-  #nextPoll(): { want: number; prefetch: boolean; acks: Held[] } {
-    let want = this.#o.concurrency - this.#running - this.#waiting.length;
-    let prefetch = false;
-    if (want <= 0) {
-      want = 0;
-      if (this.#o.prefetch > 0 && this.#avgRun > 0 && this.#avgRun < this.#o.prefetchBelowMs) {
-        want = this.#o.prefetch - this.#waiting.length;
-        prefetch = true;
-      }
+  #nextPoll(): { free: number; prefetch: number; acks: Held[] } {
+    let free = Math.max(this.#o.concurrency - this.#running - this.#waiting.length, 0);
+    let prefetch = 0;
+    if (this.#o.prefetch > 0 && this.#avgRun > 0 && this.#avgRun < this.#o.prefetchBelowMs) {
+      // Waiting tasks beyond the slots they will fill are prefetched ones.
+      const beyond = Math.max(this.#waiting.length + this.#running - this.#o.concurrency, 0);
+      prefetch = Math.max(this.#o.prefetch - beyond, 0);
     }
-    this.#pollerIdle = want <= 0;
+    free = Math.min(free, MAX_POLL_TASKS);
+    prefetch = Math.min(prefetch, MAX_POLL_TASKS - free);
+    this.#pollerIdle = free + prefetch <= 0;
     this.#stopHold();
     const acks = this.#pollAcks;
     this.#pollAcks = [];
-    return { want, prefetch, acks };
+    return { free, prefetch, acks };
   }
 
   /** Resolves when a slot frees (or already has since the last wait), or stop aborts. */

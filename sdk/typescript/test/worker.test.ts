@@ -59,8 +59,8 @@ test("short handlers: prefetched tasks, and acks that ride on polls", async () =
     const path = new URL(String(input)).pathname;
     paths.set(path, (paths.get(path) ?? 0) + 1);
     if (path === "/workers/poll" && typeof init?.body === "string") {
-      const body = JSON.parse(init.body) as { prefetch?: boolean; acks?: unknown[] };
-      if (body.prefetch) prefetchPolls++;
+      const body = JSON.parse(init.body) as { prefetch_tasks?: number; acks?: unknown[] };
+      if ((body.prefetch_tasks ?? 0) > 0) prefetchPolls++;
       pollAcks += body.acks?.length ?? 0;
     }
     return fetch(input, init);
@@ -82,6 +82,52 @@ test("short handlers: prefetched tasks, and acks that ride on polls", async () =
   assert.ok(prefetchPolls > 0, "the worker prefetched");
   assert.ok(pollAcks > 0, "some acks rode on polls");
   assert.ok(requests <= 2 * n + 4, `${requests} requests for ${n} tasks: ${JSON.stringify([...paths])}`);
+});
+
+test("one poll asks for the free slots and the prefetch room together", async () => {
+  const q = await freshQueue("mixed");
+  const polls: { max_tasks?: number; prefetch_tasks?: number; prefetch?: boolean }[] = [];
+  const logging: typeof fetch = (input, init) => {
+    if (new URL(String(input)).pathname === "/workers/poll" && typeof init?.body === "string") polls.push(JSON.parse(init.body));
+    return fetch(input, init);
+  };
+  const tasks = await client.enqueueBatch(q, Array.from({ length: 40 }, (_, i) => ({ payload: i })));
+  const w = new Worker(new Client(url, { fetch: logging }), { concurrency: 2, pollWaitMs: 1_000, logger: logger() });
+  w.handle(q, async () => null);
+  const r = start(w);
+  await waitAll(q, tasks.map((t) => t.id), "done");
+  await r.stop();
+  // The default prefetch is the concurrency: at most two free and two prefetched.
+  assert.ok(polls.every((p) => (p.max_tasks ?? 1) <= 4 && (p.prefetch_tasks ?? 0) <= 2 && !p.prefetch), JSON.stringify(polls));
+  assert.ok(polls.some((p) => p.max_tasks === 4 && p.prefetch_tasks === 2), `no poll asked for 2 free and 2 prefetched: ${JSON.stringify(polls)}`);
+});
+
+test("a server older than prefetch_tasks: the worker polls as before, and runs every task", async () => {
+  const q = await freshQueue("oldserver");
+  const polls: { refused: boolean; prefetch_tasks?: number }[] = [];
+  const older: typeof fetch = (input, init) => {
+    if (new URL(String(input)).pathname === "/workers/poll" && typeof init?.body === "string") {
+      const body = JSON.parse(init.body) as { prefetch_tasks?: number };
+      const refused = body.prefetch_tasks !== undefined;
+      polls.push({ refused, ...body });
+      if (refused) {
+        return Promise.resolve(new Response(JSON.stringify({ error: { code: "invalid_request", message: 'json: unknown field "prefetch_tasks"' } }),
+          { status: 400, headers: { "content-type": "application/json" } }));
+      }
+    }
+    return fetch(input, init);
+  };
+  const tasks = await client.enqueueBatch(q, Array.from({ length: 40 }, (_, i) => ({ payload: i })));
+  const log = logger();
+  const w = new Worker(new Client(url, { fetch: older }), { concurrency: 4, pollWaitMs: 1_000, logger: log });
+  w.handle(q, async () => null);
+  const r = start(w);
+  await waitAll(q, tasks.map((t) => t.id), "done");
+  await r.stop();
+  const first = polls.findIndex((p) => p.refused);
+  assert.ok(first >= 0, "the worker never sent prefetch_tasks; the test proves nothing");
+  assert.ok(polls.slice(first + 1).every((p) => !p.refused && p.prefetch_tasks === undefined), JSON.stringify(polls));
+  assert.ok(log.lines.some((l) => l.includes("prefetch_tasks")), "the worker warned of the older server");
 });
 
 /** A fetch that counts the worker's polls and the acks it sends alone; secondPoll resolves as the second poll goes out. */
