@@ -10,6 +10,7 @@ import pytest
 
 import taskforge
 import taskforge.worker as worker_module
+from taskforge.errors import InvalidRequest
 
 Start = Callable[..., Any]
 
@@ -155,7 +156,7 @@ def test_short_tasks_prefetch_and_ack_on_polls(
 
     def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
         calls["poll_acks"] += len(k.get("acks") or [])
-        calls["prefetch"] += bool(k.get("prefetch"))
+        calls["prefetch"] += bool(k.get("prefetch_tasks"))
         return orig_poll(self, *a, **k)
 
     monkeypatch.setattr(taskforge.Client, "ack", ack)
@@ -174,6 +175,48 @@ def test_short_tasks_prefetch_and_ack_on_polls(
         assert client.wait_task(queue, t.id, timeout=30).result == t.payload * 2
     assert calls["poll_acks"] > 0, calls  # with every slot busy, acks ride on the next poll
     assert calls["prefetch"] > 0, calls  # handlers run short: the worker claims ahead of its slots
+
+
+def test_one_poll_asks_for_free_slots_and_prefetch_room(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polls: list[tuple[int, int, bool]] = []
+    orig_poll = taskforge.Client.poll
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        polls.append((k.get("max_tasks", 1), k.get("prefetch_tasks", 0), bool(k.get("prefetch"))))
+        return orig_poll(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    tasks = client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(40)])
+    start_worker(queue, lambda job: None, concurrency=2)  # the default prefetch: the concurrency
+    for t in tasks:
+        assert client.wait_task(queue, t.id, timeout=30).status == "done"
+    assert all(n <= 4 and pre <= 2 and not old for n, pre, old in polls), polls
+    assert (4, 2, False) in polls, polls  # two free slots and two prefetched, in one poll
+
+
+def test_a_server_older_than_prefetch_tasks(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polls: list[tuple[bool, int]] = []
+    orig_poll = taskforge.Client.poll
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        refused = k.get("prefetch_tasks", 0) > 0
+        polls.append((refused, k.get("prefetch_tasks", 0)))
+        if refused:
+            raise InvalidRequest(400, "invalid_request", 'json: unknown field "prefetch_tasks"')
+        return orig_poll(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    tasks = client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(40)])
+    start_worker(queue, lambda job: None, concurrency=4)
+    for t in tasks:
+        assert client.wait_task(queue, t.id, timeout=30).status == "done"
+    first = next((i for i, (refused, _) in enumerate(polls) if refused), -1)
+    assert first >= 0, "the worker never sent prefetch_tasks; the test proves nothing"
+    assert all(not refused and pre == 0 for refused, pre in polls[first + 1:]), polls
 
 
 class _AckCalls:

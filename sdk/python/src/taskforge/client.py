@@ -475,14 +475,22 @@ class Client:
         wait_ms: int = 0,
         prefetch: bool = False,
         acks: list[dict[str, Any]] | None = None,
+        prefetch_tasks: int = 0,
     ) -> PollResult:
         """Claims up to ``max_tasks`` tasks, waiting up to ``wait_ms`` for the
-        first. ``acks`` (``{task_id, lease_token, result}``, ≤ 100) are committed
-        first; their outcomes come back in ``PollResult.acks``."""
+        first. ``prefetch_tasks`` (0..max_tasks) of them are for the worker to hold
+        until a slot frees: the first ``max_tasks - prefetch_tasks`` come from any
+        queue, the rest only from queues without a concurrency cap (``prefetch``:
+        all of them, as servers older than ``prefetch_tasks`` understand it; such a
+        server refuses a poll with ``prefetch_tasks``, InvalidRequest). ``acks``
+        (``{task_id, lease_token, result}``, ≤ 100) are committed first; their
+        outcomes come back in ``PollResult.acks``."""
         body: dict[str, Any] = {"worker_id": worker_id, "queues": queues, "max_tasks": max(max_tasks, 1),
                                 "wait_ms": int(wait_ms)}
         if prefetch:
             body["prefetch"] = True
+        if prefetch_tasks > 0:
+            body["prefetch_tasks"] = prefetch_tasks
         if acks:
             body["acks"] = acks
         r = self._t.request("POST", "/workers/poll", body=body, timeout=self._t.timeout + wait_ms / 1000)

@@ -4,7 +4,7 @@ client.Worker does (docs/sdk.md, "Worker").
 Threads, each with one job:
 
 - the **poller** long-polls for as many tasks as there are free slots (and, while
-  handlers run short, for ``prefetch`` more), carrying the acks of handlers that
+  handlers run short, for ``prefetch`` more in the same poll), carrying the acks of handlers that
   returned while it had nothing to ask for;
 - the **heartbeater** extends every held lease once per heartbeat interval (the
   one the server advertises, at most half the lease), all in one batch request,
@@ -217,9 +217,10 @@ class Worker:
     """Runs handlers for the tasks of its queues.
 
     ``client`` is a :class:`~taskforge.Client` (or the server's URL). Settings:
-    ``concurrency`` (10) tasks at once; ``prefetch`` (1; 0 = none) tasks claimed
-    beyond the free slots while handlers average under ``prefetch_below``
-    (0.25 s), so the next task is at hand when one returns; ``poll_wait`` (10 s,
+    ``concurrency`` (10) tasks at once; ``prefetch`` (``concurrency``, at most
+    100; 0 = none) tasks claimed beyond the free slots, in the same poll, while
+    handlers average under ``prefetch_below`` (0.25 s), so the next task is at
+    hand when one returns (capped queues fill only free slots); ``poll_wait`` (10 s,
     ≤ 30) per long poll; ``shutdown_grace`` (10 s; 0 = hand back at once);
     ``retry_min``/``retry_max`` (0.1 s / 5 s) bound the backoff through outages;
     ``worker_id`` defaults to ``<hostname>-<pid>-<random>``.
@@ -237,7 +238,7 @@ class Worker:
         client: Client | str,
         *,
         concurrency: int = 10,
-        prefetch: int = 1,
+        prefetch: int | None = None,
         prefetch_below: float = DEFAULT_PREFETCH_BELOW,
         poll_wait: float = 10.0,
         shutdown_grace: float = 10.0,
@@ -250,7 +251,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.id = worker_id or f"{socket.gethostname() or 'worker'}-{os.getpid()}-{secrets.token_hex(3)}"
         self.concurrency = concurrency
-        self.prefetch = min(max(prefetch, 0), _MAX_POLL_TASKS)
+        self.prefetch = min(max(concurrency if prefetch is None else prefetch, 0), _MAX_POLL_TASKS)
         self.prefetch_below = prefetch_below
         self.poll_wait = min(max(poll_wait, 0.0), _MAX_POLL_WAIT)
         self.shutdown_grace = max(shutdown_grace, 0.0)
@@ -362,6 +363,9 @@ class _Runner:
         self.poll_out = False
         self.ack_poll_out = False
         self.last_short = False
+        # The server refused prefetch_tasks (older than the field): free slots and
+        # prefetch room go in separate polls. Only the poller touches it.
+        self.old_server = False
         self.hold_timer: threading.Timer | None = None
         self.poll_acks: list[Job] = []
         self.avg_run = 0.0
@@ -394,13 +398,17 @@ class _Runner:
 
     # --- polling -----------------------------------------------------------------
 
-    def poll_size_locked(self) -> tuple[int, bool]:
-        free = self.w.concurrency - self.running - len(self.waiting)
-        if free > 0:
-            return free, False
-        if self.w.prefetch <= 0 or self.avg_run == 0 or self.avg_run >= self.w.prefetch_below:
-            return 0, False
-        return self.w.prefetch - len(self.waiting), True
+    def poll_size_locked(self) -> tuple[int, int]:
+        """The free slots and, while handlers run short, the prefetch room left, for
+        one poll (at most 100 in all, free slots first)."""
+        free = max(self.w.concurrency - self.running - len(self.waiting), 0)
+        prefetch = 0
+        if self.w.prefetch > 0 and 0 < self.avg_run < self.w.prefetch_below:
+            # Waiting jobs beyond the slots they will fill are prefetched ones.
+            beyond = max(len(self.waiting) + self.running - self.w.concurrency, 0)
+            prefetch = max(self.w.prefetch - beyond, 0)
+        free = min(free, _MAX_POLL_TASKS)
+        return free, min(prefetch, _MAX_POLL_TASKS - free)
 
     def poll_loop(self) -> None:
         b = _Backoff(self.w.retry_min, self.w.retry_max)
@@ -409,7 +417,8 @@ class _Runner:
                 with self.cond:
                     if self.poll_stop:
                         break
-                    want, prefetch = self.poll_size_locked()
+                    free, prefetch = self.poll_size_locked()
+                    want = free + prefetch
                     self.poller_idle = want <= 0
                     self.poll_out = want > 0
                     self.stop_hold_locked()
@@ -422,11 +431,17 @@ class _Runner:
                     self.ack_alone(acks)
                     continue
                 sent = time.monotonic()
-                asked = min(want, _MAX_POLL_TASKS)
+                # Free slots and prefetch room in one poll; against a server older
+                # than prefetch_tasks, the free slots while there are any, else the
+                # prefetch room.
+                asked = want
+                shape: dict[str, Any] = {"prefetch_tasks": prefetch}
+                if self.old_server:
+                    asked, shape = (free, {}) if free > 0 else (prefetch, {"prefetch": True})
                 try:
                     try:
                         res = self.pc.poll(self.id, self.queues, max_tasks=asked,
-                                           wait_ms=int(self.w.poll_wait * 1000), prefetch=prefetch,
+                                           wait_ms=int(self.w.poll_wait * 1000), **shape,
                                            acks=[self.ack_item(j) for j in acks] or None)
                     finally:
                         with self.cond:
@@ -435,6 +450,13 @@ class _Runner:
                     self.settle_poll_acks(acks, None)
                     if self.poll_stop:
                         break
+                    if isinstance(e, InvalidRequest) and shape.get("prefetch_tasks") and not self.old_server:
+                        # A server older than prefetch_tasks refuses the field (and
+                        # acked nothing): poll as before.
+                        self.old_server = True
+                        log.warning("worker %s: the server refused a poll with prefetch_tasks; polling as for an older server: %s",
+                                    self.id, e)
+                        continue
                     if isinstance(e, (InvalidRequest, NotFound, MethodNotAllowed)):
                         self.fatal = e
                         self.w._wake.set()
