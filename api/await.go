@@ -38,7 +38,7 @@ func taskWait(c *gin.Context) (time.Duration, error) {
 // PostgreSQL nothing.
 func (s *Server) awaitTask(c *gin.Context, queue string, id uuid.UUID, wait time.Duration) {
 	read := func() (wire.Task, bool) {
-		t, attempts, err := s.store.GetTask(c, queue, id)
+		t, attempts, err := s.store.GetTask(c.Request.Context(), queue, id)
 		if err != nil {
 			s.fail(c, err)
 			return wire.Task{}, false

@@ -65,7 +65,7 @@ func (s *Server) cancelMany(c *gin.Context) {
 		}
 	}
 	queue := c.Param("name")
-	cancelled, requested, err := s.lc.CancelMany(c, queue, lifecycle.CancelSelection{IDs: req.IDs, Statuses: statuses,
+	cancelled, requested, err := s.lc.CancelMany(c.Request.Context(), queue, lifecycle.CancelSelection{IDs: req.IDs, Statuses: statuses,
 		Rows: s.bulkBatch(), AfterBatch: s.onBulkBatch})
 	if err != nil {
 		if cancelled+requested > 0 { // the batches before the failure stay committed
@@ -83,7 +83,7 @@ func (s *Server) discardMany(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	n, err := s.lc.DiscardMany(c, c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)
+	n, err := s.lc.DiscardMany(c.Request.Context(), c.Param("name"), req.IDs, req.All, s.bulkBatch(), s.onBulkBatch)
 	if err != nil {
 		if n > 0 { // the batches before the failure stay committed
 			s.log.Warn("bulk discard stopped early", "queue", c.Param("name"), "discarded", n, "err", err)

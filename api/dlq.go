@@ -17,11 +17,11 @@ func (s *Server) listDead(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if ok, err := s.store.QueueExists(c, queue); err != nil || !ok {
+	if ok, err := s.store.QueueExists(c.Request.Context(), queue); err != nil || !ok {
 		s.fail(c, cmpErr(err, storage.ErrQueueNotFound))
 		return
 	}
-	tasks, next, err := s.store.ListDead(c, queue, limit, after)
+	tasks, next, err := s.store.ListDead(c.Request.Context(), queue, limit, after)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -40,7 +40,7 @@ func (s *Server) replayOne(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	tasks, err := s.lc.Replay(c, queue, []uuid.UUID{id}, false)
+	tasks, err := s.lc.Replay(c.Request.Context(), queue, []uuid.UUID{id}, false)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -77,7 +77,7 @@ func (s *Server) replayMany(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	tasks, err := s.lc.Replay(c, queue, req.IDs, req.All)
+	tasks, err := s.lc.Replay(c.Request.Context(), queue, req.IDs, req.All)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -91,7 +91,7 @@ func (s *Server) discardDead(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if err := s.lc.Discard(c, c.Param("name"), id); err != nil {
+	if err := s.lc.Discard(c.Request.Context(), c.Param("name"), id); err != nil {
 		s.fail(c, err)
 		return
 	}

@@ -54,7 +54,7 @@ func (s *Server) putGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	q, g, err := s.lc.PutGroup(c, queue, group, storage.GroupSettings(req))
+	q, g, err := s.lc.PutGroup(c.Request.Context(), queue, group, storage.GroupSettings(req))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -69,12 +69,12 @@ func (s *Server) getGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	q, err := s.store.GetQueue(c, queue)
+	q, err := s.store.GetQueue(c.Request.Context(), queue)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	g, err := s.store.GetGroup(c, queue, group)
+	g, err := s.store.GetGroup(c.Request.Context(), queue, group)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -89,7 +89,7 @@ func (s *Server) deleteGroup(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if err := s.lc.DeleteGroup(c, queue, group); err != nil {
+	if err := s.lc.DeleteGroup(c.Request.Context(), queue, group); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -121,12 +121,12 @@ func (s *Server) listGroups(c *gin.Context) {
 		s.fail(c, invalid("active must be true or false"))
 		return
 	}
-	q, err := s.store.GetQueue(c, queue)
+	q, err := s.store.GetQueue(c.Request.Context(), queue)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	groups, last, more, err := s.store.ListGroups(c, queue, after, limit, active)
+	groups, last, more, err := s.store.ListGroups(c.Request.Context(), queue, after, limit, active)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -44,12 +44,12 @@ func (s *Server) heartbeatBatch(c *gin.Context) {
 		}
 		refs[i] = storage.LeaseRef{TaskID: id, LeaseToken: token}
 	}
-	held, err := s.lc.HeartbeatMany(c, req.WorkerID, refs, s.cfg.LeaseTimeout)
+	held, err := s.lc.HeartbeatMany(c.Request.Context(), req.WorkerID, refs, s.cfg.LeaseTimeout)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.recordWorker(c, req.WorkerID, nil)
+	s.recordWorker(c.Request.Context(), req.WorkerID, nil)
 	lost := toAPIError(storage.ErrLeaseLost)
 	out := make([]wire.LeaseResult, len(refs))
 	for i, r := range refs {

@@ -32,7 +32,7 @@ type Sweep struct {
 // history answers GET /history: task history's day partitions by status, read from
 // the catalog, and this replica's last retention sweep.
 func (s *Server) history(c *gin.Context) {
-	days, err := s.store.ListHistoryDays(c)
+	days, err := s.store.ListHistoryDays(c.Request.Context())
 	if err != nil {
 		s.fail(c, err)
 		return

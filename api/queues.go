@@ -232,7 +232,7 @@ func (s *Server) createQueue(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	created, err := s.lc.CreateQueue(c, q)
+	created, err := s.lc.CreateQueue(c.Request.Context(), q)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -241,7 +241,7 @@ func (s *Server) createQueue(c *gin.Context) {
 }
 
 func (s *Server) listQueues(c *gin.Context) {
-	qs, err := s.store.ListQueues(c)
+	qs, err := s.store.ListQueues(c.Request.Context())
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -256,7 +256,7 @@ func (s *Server) listQueues(c *gin.Context) {
 }
 
 func (s *Server) getQueue(c *gin.Context) {
-	q, err := s.store.GetQueue(c, c.Param("name"))
+	q, err := s.store.GetQueue(c.Request.Context(), c.Param("name"))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -284,7 +284,7 @@ func (s *Server) resumeQueue(c *gin.Context) {
 // changeQueue applies change to the queue named in the path; the lifecycle makes it
 // take effect here at once (other replicas follow within ratelimit.RefreshInterval).
 func (s *Server) changeQueue(c *gin.Context, change func(*storage.Queue) error) {
-	q, err := s.lc.ChangeQueue(c, c.Param("name"), change)
+	q, err := s.lc.ChangeQueue(c.Request.Context(), c.Param("name"), change)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -293,7 +293,7 @@ func (s *Server) changeQueue(c *gin.Context, change func(*storage.Queue) error) 
 }
 
 func (s *Server) deleteQueue(c *gin.Context) {
-	if err := s.lc.DeleteQueue(c, c.Param("name")); err != nil {
+	if err := s.lc.DeleteQueue(c.Request.Context(), c.Param("name")); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -301,7 +301,7 @@ func (s *Server) deleteQueue(c *gin.Context) {
 }
 
 func (s *Server) stats(c *gin.Context) {
-	st, err := s.store.Stats(c, c.Param("name"))
+	st, err := s.store.Stats(c.Request.Context(), c.Param("name"))
 	if err != nil {
 		s.fail(c, err)
 		return

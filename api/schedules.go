@@ -139,7 +139,7 @@ func (s *Server) createSchedule(c *gin.Context) {
 	if sch.Timezone == "" {
 		sch.Timezone = "UTC"
 	}
-	now, err := s.store.Now(c)
+	now, err := s.store.Now(c.Request.Context())
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -148,7 +148,7 @@ func (s *Server) createSchedule(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	created, err := s.store.CreateSchedule(c, sch)
+	created, err := s.store.CreateSchedule(c.Request.Context(), sch)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -158,7 +158,7 @@ func (s *Server) createSchedule(c *gin.Context) {
 }
 
 func (s *Server) listSchedules(c *gin.Context) {
-	list, err := s.store.ListSchedules(c, c.Query("queue"))
+	list, err := s.store.ListSchedules(c.Request.Context(), c.Query("queue"))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -167,7 +167,7 @@ func (s *Server) listSchedules(c *gin.Context) {
 }
 
 func (s *Server) getSchedule(c *gin.Context) {
-	sch, err := s.store.GetSchedule(c, c.Param("name"))
+	sch, err := s.store.GetSchedule(c.Request.Context(), c.Param("name"))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -184,7 +184,7 @@ func (s *Server) updateSchedule(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	sch, err := s.store.UpdateSchedule(c, c.Param("name"), func(sch *storage.Schedule, now time.Time) error {
+	sch, err := s.store.UpdateSchedule(c.Request.Context(), c.Param("name"), func(sch *storage.Schedule, now time.Time) error {
 		before := *sch
 		if err := req.apply(sch, s.cfg.MaxPayloadBytes); err != nil {
 			return err
@@ -206,7 +206,7 @@ func (s *Server) updateSchedule(c *gin.Context) {
 }
 
 func (s *Server) deleteSchedule(c *gin.Context) {
-	if err := s.store.DeleteSchedule(c, c.Param("name")); err != nil {
+	if err := s.store.DeleteSchedule(c.Request.Context(), c.Param("name")); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -215,7 +215,7 @@ func (s *Server) deleteSchedule(c *gin.Context) {
 
 // triggerSchedule enqueues the schedule's task now; its next tick is unchanged.
 func (s *Server) triggerSchedule(c *gin.Context) {
-	task, err := s.lc.TriggerSchedule(c, c.Param("name"))
+	task, err := s.lc.TriggerSchedule(c.Request.Context(), c.Param("name"))
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -234,7 +234,7 @@ func (s *Server) healthz(c *gin.Context) {
 }
 
 func (s *Server) readyz(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c, 2*time.Second)
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.store.Ping(ctx); err != nil {
 		s.fail(c, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "PostgreSQL unreachable: " + err.Error()})

@@ -240,7 +240,7 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 // producer's trace (the request's traceparent header). With refs, only the ids of
 // the tasks created are sure to be filled in.
 func (s *Server) insert(c *gin.Context, queue string, tasks []storage.NewTask, refs bool) ([]storage.Enqueued, error) {
-	ctx := telemetry.FromHeader(c, c.GetHeader("traceparent"))
+	ctx := telemetry.FromHeader(c.Request.Context(), c.GetHeader("traceparent"))
 	return s.lc.Enqueue(ctx, queue, tasks, !refs)
 }
 
@@ -340,11 +340,11 @@ func (s *Server) listTasks(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if ok, err := s.store.QueueExists(c, queue); err != nil || !ok {
+	if ok, err := s.store.QueueExists(c.Request.Context(), queue); err != nil || !ok {
 		s.fail(c, cmpErr(err, storage.ErrQueueNotFound))
 		return
 	}
-	tasks, next, err := s.store.ListTasks(c, f)
+	tasks, next, err := s.store.ListTasks(c.Request.Context(), f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -376,7 +376,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	queue := c.Param("name")
-	t, err := s.lc.Cancel(c, queue, id)
+	t, err := s.lc.Cancel(c.Request.Context(), queue, id)
 	if err != nil {
 		s.fail(c, err)
 		return

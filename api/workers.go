@@ -91,7 +91,7 @@ func (s *Server) poll(c *gin.Context) {
 			s.fail(c, invalid("queue name %q is not valid", q))
 			return
 		}
-		if err := s.notPush(c, q); err != nil {
+		if err := s.notPush(c.Request.Context(), q); err != nil {
 			s.fail(c, err)
 			return
 		}
@@ -128,13 +128,13 @@ func (s *Server) poll(c *gin.Context) {
 			return
 		}
 	}
-	s.recordWorker(c, req.WorkerID, req.Queues)
+	s.recordWorker(c.Request.Context(), req.WorkerID, req.Queues)
 
 	if len(acks) > 0 {
 		waitMs = 0 // the worker waits for these answers: do not hold them back
 	}
 	spec := pollSpec{workerID: req.WorkerID, queues: req.Queues, maxTasks: maxTasks, prefetchTasks: prefetchTasks, acks: acks}
-	res, err := s.longPoll(c, spec, time.Duration(waitMs)*time.Millisecond)
+	res, err := s.longPoll(c.Request.Context(), spec, time.Duration(waitMs)*time.Millisecond)
 	acked := res.acked
 	if err != nil && len(res.tasks) == 0 {
 		if acked != nil {
@@ -157,7 +157,7 @@ func (s *Server) poll(c *gin.Context) {
 		// The worker hung up while its tasks were being claimed (a worker stopping
 		// mid-poll): nobody will read this answer, so release them at once rather
 		// than leave them to wait out their lease.
-		s.lc.ReleaseUnread(context.WithoutCancel(c), req.WorkerID, res.tasks)
+		s.lc.ReleaseUnread(context.WithoutCancel(c.Request.Context()), req.WorkerID, res.tasks)
 		return
 	}
 	out := make([]wire.PolledTask, len(res.tasks))
@@ -399,19 +399,19 @@ func (s *Server) heartbeat(c *gin.Context) {
 		return
 	}
 	if !lease.set {
-		if err := s.store.RecordWorker(c, req.WorkerID, nil); err != nil {
+		if err := s.store.RecordWorker(c.Request.Context(), req.WorkerID, nil); err != nil {
 			s.fail(c, err)
 			return
 		}
 		c.JSON(http.StatusOK, wire.HeartbeatResponse{})
 		return
 	}
-	held, err := s.lc.Heartbeat(c, req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout, req.Progress)
+	held, err := s.lc.Heartbeat(c.Request.Context(), req.WorkerID, lease.taskID, lease.token, s.cfg.LeaseTimeout, req.Progress)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	s.recordWorker(c, req.WorkerID, nil)
+	s.recordWorker(c.Request.Context(), req.WorkerID, nil)
 	c.JSON(http.StatusOK, wire.HeartbeatResponse{LeaseExpiresAt: &held.ExpiresAt, CancelRequested: held.CancelRequested})
 }
 
@@ -430,7 +430,7 @@ func (s *Server) ack(c *gin.Context) {
 		s.fail(c, tooLarge("result is %d bytes; the limit is %d", len(req.Result), s.cfg.MaxPayloadBytes))
 		return
 	}
-	t, err := s.lc.Ack(c, storage.AckItem{TaskID: lease.taskID, LeaseToken: lease.token, WorkerID: req.WorkerID, Result: req.Result})
+	t, err := s.lc.Ack(c.Request.Context(), storage.AckItem{TaskID: lease.taskID, LeaseToken: lease.token, WorkerID: req.WorkerID, Result: req.Result})
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -464,7 +464,7 @@ func (s *Server) ackBatch(c *gin.Context) {
 		return
 	}
 	minimal := prefersMinimal(c)
-	results, err := s.commitAcks(c, req.WorkerID, items, !minimal)
+	results, err := s.commitAcks(c.Request.Context(), req.WorkerID, items, !minimal)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -563,7 +563,7 @@ func (s *Server) nack(c *gin.Context) {
 	}
 	n := storage.Nack{TaskID: lease.taskID, LeaseToken: lease.token, WorkerID: req.WorkerID,
 		Error: req.Error, Retryable: req.Retryable == nil || *req.Retryable, RetryAfterMs: req.RetryAfterMs}
-	t, err := s.lc.Nack(c, n)
+	t, err := s.lc.Nack(c.Request.Context(), n)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -587,7 +587,7 @@ func (s *Server) release(c *gin.Context) {
 		s.fail(c, invalid("delay_ms must be an integer from 0 to %d", int64(maxReleaseDelayMs)))
 		return
 	}
-	t, err := s.lc.Release(c, storage.Release{TaskID: lease.taskID, LeaseToken: lease.token,
+	t, err := s.lc.Release(c.Request.Context(), storage.Release{TaskID: lease.taskID, LeaseToken: lease.token,
 		WorkerID: req.WorkerID, Reason: req.Reason, DelayMs: req.DelayMs})
 	if err != nil {
 		s.fail(c, err)
@@ -597,7 +597,7 @@ func (s *Server) release(c *gin.Context) {
 }
 
 func (s *Server) listWorkers(c *gin.Context) {
-	ws, err := s.store.ListWorkers(c, 3*s.cfg.HeartbeatInterval)
+	ws, err := s.store.ListWorkers(c.Request.Context(), 3*s.cfg.HeartbeatInterval)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -189,7 +189,7 @@ func (s *Server) submitWorkflow(c *gin.Context) {
 		return
 	}
 	// The steps' spans join the submission's trace, as an enqueue's tasks do.
-	out, err := s.lc.SubmitWorkflow(telemetry.FromHeader(c, c.GetHeader("traceparent")), w)
+	out, err := s.lc.SubmitWorkflow(telemetry.FromHeader(c.Request.Context(), c.GetHeader("traceparent")), w)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -217,7 +217,7 @@ func (s *Server) visibleWorkflow(c *gin.Context) (storage.Workflow, bool) {
 	id, err := workflowID(c.Param("id"))
 	if err == nil {
 		var w storage.Workflow
-		if w, err = s.store.GetWorkflow(c, id); err == nil {
+		if w, err = s.store.GetWorkflow(c.Request.Context(), id); err == nil {
 			if forbiddenQueue(c, workflowQueues(w)) == "" {
 				return w, true
 			}
@@ -245,7 +245,7 @@ func (s *Server) listWorkflows(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	list, next, err := s.store.ListWorkflows(c, status, limit, after)
+	list, next, err := s.store.ListWorkflows(c.Request.Context(), status, limit, after)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -265,7 +265,7 @@ func (s *Server) cancelWorkflow(c *gin.Context) {
 	if !ok {
 		return
 	}
-	w, err := s.lc.CancelWorkflow(c, w.ID)
+	w, err := s.lc.CancelWorkflow(c.Request.Context(), w.ID)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -46,7 +46,7 @@ func (d *Dashboard) listDead(c *gin.Context) {
 	if from == nil && diedBefore != nil {
 		from = &storage.Cursor{Time: *diedBefore, ID: uuid.Max}
 	}
-	ok, err := d.store.QueueExists(c, queue)
+	ok, err := d.store.QueueExists(c.Request.Context(), queue)
 	if err != nil {
 		d.log.Error("dashboard dead-letter listing", "queue", queue, "err", err)
 		fail(c, http.StatusInternalServerError, "internal", "could not list dead tasks")
@@ -57,7 +57,7 @@ func (d *Dashboard) listDead(c *gin.Context) {
 		return
 	}
 	// One task more than the page, to tell whether a next page holds anything.
-	tasks, _, err := d.store.ListDead(c, queue, limit+1, from)
+	tasks, _, err := d.store.ListDead(c.Request.Context(), queue, limit+1, from)
 	if err != nil {
 		d.log.Error("dashboard dead-letter listing", "queue", queue, "err", err)
 		fail(c, http.StatusInternalServerError, "internal", "could not list dead tasks")

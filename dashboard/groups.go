@@ -37,7 +37,7 @@ func (d *Dashboard) listBusyGroups(c *gin.Context) {
 		fail(c, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	q, err := d.store.GetQueue(c, queue)
+	q, err := d.store.GetQueue(c.Request.Context(), queue)
 	if errors.Is(err, storage.ErrQueueNotFound) {
 		fail(c, http.StatusNotFound, "queue_not_found", "no queue "+strconv.Quote(queue))
 		return
@@ -45,7 +45,7 @@ func (d *Dashboard) listBusyGroups(c *gin.Context) {
 	var groups []storage.Group
 	var next *storage.BusyPosition
 	if err == nil {
-		groups, next, err = d.store.BusiestGroups(c, queue, from, limit)
+		groups, next, err = d.store.BusiestGroups(c.Request.Context(), queue, from, limit)
 	}
 	if err != nil {
 		d.log.Error("dashboard group listing", "queue", queue, "err", err)
