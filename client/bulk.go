@@ -16,8 +16,10 @@ const MaxTaskWait = 30 * time.Second
 // accepts it (it matches no task on servers without workflows).
 const StatusBlocked = "blocked"
 
-// waitMargin is left of a context's deadline so that the server's answer at the end
-// of its wait arrives before the context ends.
+// waitMargin is the least left of a context's deadline so that the server's answer
+// at the end of its wait arrives before the context ends; WaitTask leaves half of
+// what remains when that is more, so a short deadline on a slow server still gets
+// an answer, and the rounds near a far deadline halve.
 const waitMargin = 100 * time.Millisecond
 
 // Terminal reports whether status is one a task never leaves: done, dead or cancelled.
@@ -50,7 +52,8 @@ func (c *Client) WaitTask(ctx context.Context, queue, id string) (*Task, error) 
 	for {
 		wait := MaxTaskWait
 		if deadline, ok := ctx.Deadline(); ok {
-			wait = max(0, min(wait, time.Until(deadline)-waitMargin))
+			left := time.Until(deadline)
+			wait = max(0, min(wait, left-max(waitMargin, left/2)))
 		}
 		t, err := c.GetTaskWait(ctx, queue, id, wait)
 		if err != nil {
