@@ -14,7 +14,10 @@ import (
 // TestRateLimitHoldsAcrossThreeReplicas: rate 50/s, burst 10, 16 pollers spread over
 // 3 serve processes. A token bucket allows at most burst + rate·t dispatches in any
 // window of length t, and 16 pollers keep it drained, so a 10 s window must hold
-// within [0.9·rate·t, burst + rate·(t + clockSlack)].
+// within [0.75·rate·t, burst + rate·(t + clockSlack)]. The upper bound is the
+// guarantee; the lower one catches a bucket that refills too slowly (one bucket split
+// over the three replicas would give a third). It leaves a quarter for the pollers'
+// stalls on a loaded 2-core machine: at load 12 a run reached 0.83·rate·t.
 //
 // The window is read from attempts.started_at, which is PostgreSQL's clock when the
 // claim's transaction began, not Redis's clock when the token left the bucket: each
@@ -81,7 +84,7 @@ func TestRateLimitHoldsAcrossThreeReplicas(t *testing.T) {
 		start, start.Add(window)).Scan(&inWindow); err != nil {
 		t.Fatal(err)
 	}
-	low, high := int(0.9*rate*window.Seconds()), burst+int(rate*(window+clockSlack).Seconds())
+	low, high := int(0.75*rate*window.Seconds()), burst+int(rate*(window+clockSlack).Seconds())
 	t.Logf("dispatched in %s: %d (bounds [%d, %d])", window, inWindow, low, high)
 	if inWindow < low || inWindow > high {
 		t.Fatalf("dispatched %d tasks in %s, want within [%d, %d]", inWindow, window, low, high)
