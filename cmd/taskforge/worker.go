@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -161,11 +164,31 @@ their retry budget, and exits 0.`,
 			if protocol != protocolSDK && protocol != protocolPlain && protocol != protocolBatched {
 				return usagef("--protocol %q: want sdk, plain or batched", protocol)
 			}
-			c, err := client.New(server, client.WithToken(token))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			opts := []client.Option{client.WithToken(token)}
+			var stats *requestStats
+			var started atomic.Int64
+			if os.Getenv(envWorkerStats) != "" {
+				t := http.DefaultTransport.(*http.Transport).Clone()
+				t.MaxIdleConnsPerHost = 64 // as the client's own default
+				stats = newRequestStats(t)
+				opts = append(opts, client.WithHTTPClient(&http.Client{Transport: stats}))
+				cfg.OnEvent = func(ev client.WorkerEvent) {
+					if ev.Kind == client.EventStarted {
+						started.Add(1)
+					}
+				}
+				defer func() { stats.log(log, started.Load()) }()
+			}
+			stopProfile, err := startCPUProfile(log)
 			if err != nil {
 				return usageError(err)
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			defer stopProfile()
+			c, err := client.New(server, opts...)
+			if err != nil {
+				return usageError(err)
+			}
 			cfg.Logger = log
 			if err := cfg.Validate(); err != nil {
 				return usageError(err)
