@@ -30,8 +30,13 @@ type WorkerConfig struct {
 	// slot frees up; its lease and its timeout run from the claim. The worker
 	// prefetches only while its handlers run short (a recent average under
 	// PrefetchBelow), so a prefetched task never waits long behind a slow one while
-	// another worker sits idle. Defaults to Concurrency (at most 100); a negative
-	// value turns prefetching off.
+	// another worker sits idle. Defaults to Concurrency (at most 100), and then
+	// adapts: while polls come back full after the handlers ran out of tasks
+	// before their answer (handlers outrunning polls), the room doubles, up to
+	// 200 tasks with the slots; it shrinks again while tasks are still waiting
+	// when a poll comes back, and falls back to the default when a poll comes
+	// back short. A value set is kept as is (at most 100); a negative value
+	// turns prefetching off.
 	Prefetch int
 	// PrefetchBelow is the average handler duration under which the worker
 	// prefetches. Defaults to DefaultPrefetchBelow. Raise it for handlers that take
@@ -60,9 +65,10 @@ type WorkerConfig struct {
 	// wall clock; a test may pass its own to see a lease run out, or a handler run
 	// long, without waiting for it.
 	Clock Clock
-	// OnPark, when set, is called each time the poller parks with nothing to ask
-	// for (every slot and the prefetch room taken): from then until a slot frees,
-	// a handler that returns leaves its ack to the next poll. It is a hook for
+	// OnPark, when set, is called each time the poller parks with no poll out
+	// (every slot and the prefetch room taken, or too little of it free to be
+	// worth a poll while prefetched tasks wait): from then until a slot frees, a
+	// handler that returns leaves its ack to the next poll. It is a hook for
 	// tests and diagnostics, called on the poller's goroutine: it must not block.
 	OnPark func()
 	// OnEvent, when set, is told of each step of the worker that may have changed
@@ -204,6 +210,8 @@ type Worker struct {
 	cfg WorkerConfig
 
 	invalid error // cfg.Validate's verdict, returned by Run
+	// autoPrefetch: cfg.Prefetch was left to its default, so the prefetch room adapts.
+	autoPrefetch bool
 
 	mu       sync.Mutex
 	handlers map[string]HandlerFunc
@@ -215,7 +223,7 @@ type Worker struct {
 // handlers with Handle, then call Run, which fails when cfg is not valid (see
 // WorkerConfig.Validate).
 func NewWorker(c *Client, cfg WorkerConfig) *Worker {
-	w := &Worker{c: c, invalid: cfg.Validate(), handlers: map[string]HandlerFunc{}}
+	w := &Worker{c: c, invalid: cfg.Validate(), handlers: map[string]HandlerFunc{}, autoPrefetch: cfg.Prefetch == 0}
 	if w.invalid == nil {
 		w.cfg = cfg.withDefaults()
 	} else {
@@ -289,8 +297,9 @@ func (w *Worker) Run(ctx context.Context) error {
 //
 //   - the slot keeper (worker_slots.go), one goroutine that owns which tasks the
 //     worker holds and in what state, and so how many the next poll asks for;
-//   - the poller (worker_poller.go), Run's own goroutine, which long-polls and
-//     hands what it claims to the slot keeper;
+//   - the poller (worker_poller.go), Run's own goroutine, which long-polls (up
+//     to two polls out at once, each in a goroutine of its own) and hands what
+//     they claim to the slot keeper;
 //   - executors (worker_executor.go), one goroutine per running handler, started
 //     by the slot keeper when a slot frees;
 //   - the reporter (worker_reporter.go): acks batched by one goroutine, nacks,
@@ -329,7 +338,7 @@ func newRunner(ctx context.Context, w *Worker, handlers map[string]HandlerFunc, 
 		handlers: handlers, queues: queues, handlerBase: context.WithoutCancel(ctx),
 		acks: make(chan *job, maxPollTasks), stopped: make(chan struct{})}
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
-	r.slots = newSlots(w.cfg, r.execute, func(j *job) {
+	r.slots = newSlots(w.cfg, w.autoPrefetch, r.execute, func(j *job) {
 		r.held.Done()
 		r.event(EventReported, j.ID, nil)
 	}, r.ackAlone, r.stopped)

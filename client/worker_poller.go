@@ -13,66 +13,111 @@ import (
 
 // poll is the poller: it long-polls for as many tasks as the slot keeper has
 // room for, carrying the acks the keeper left to it, and hands what it claims to
-// the keeper, until ctx ends or the server refuses the poll itself.
+// the keeper, until ctx ends or the server refuses the poll itself. It keeps up
+// to maxPollsInFlight polls out at once, as the keeper plans them; when it
+// stops, it waits for the polls out to be answered (or to fail).
 func (r *runner) poll(ctx context.Context) error {
 	b := newBackoff(r.cfg.RetryMin, r.cfg.RetryMax)
-	for ctx.Err() == nil {
-		p := r.slots.plan()
-		if p.want <= 0 {
-			if r.onPark != nil {
-				r.onPark()
+	answers := make(chan polled, maxPollsInFlight)
+	out := 0
+	var fatal error
+	for {
+		if ctx.Err() != nil || fatal != nil {
+			if out == 0 {
+				return fatal
 			}
-			r.ackAlone(p.acks)
-			select {
-			case <-r.slots.freed:
-			case <-ctx.Done():
-			}
+			r.settle(ctx, <-answers, b)
+			out--
 			continue
 		}
-		sent := time.Now()
-		req := r.pollRequest(p)
-		asked := req.MaxTasks
-		res, date, err := r.c.poll(ctx, req)
-		recv := r.clock.Now()
-		r.settlePollAcks(p.acks, res, err)
-		if err != nil && req.PrefetchTasks > 0 && errors.Is(err, ErrInvalidRequest) && !r.oldServer {
-			// A server older than prefetch_tasks refuses the field (and acked
-			// nothing): ask for free slots and prefetch room in separate polls.
+		p := r.slots.plan()
+		if p.want > 0 {
+			out++
+			go r.sendPoll(ctx, p, answers)
+			continue
+		}
+		r.ackAlone(p.acks)
+		if out == 0 && r.onPark != nil {
+			r.onPark()
+		}
+		select {
+		case <-r.slots.freed:
+		case a := <-answers:
+			out--
+			fatal = r.settle(ctx, a, b)
+		case <-ctx.Done():
+		}
+	}
+}
+
+// polled is a poll's answer, or its failure.
+type polled struct {
+	want int // the room the keeper planned the poll for
+	req  PollRequest
+	acks []*job // the jobs whose acks the poll carried
+	sent time.Time
+	recv time.Time // on the worker's clock
+	res  *PollResult
+	date time.Time
+	err  error
+}
+
+// sendPoll sends the poll that asks for p and hands its answer to answers.
+func (r *runner) sendPoll(ctx context.Context, p pollPlan, answers chan<- polled) {
+	a := polled{want: p.want, req: r.pollRequest(p), acks: p.acks, sent: time.Now()}
+	a.res, a.date, a.err = r.c.poll(ctx, a.req)
+	a.recv = r.clock.Now()
+	answers <- a
+}
+
+// settle takes in a poll's answer: the acks it carried are settled, what it
+// claimed goes to the keeper. A failure the worker cannot retry is returned;
+// one it can is waited out (backoff b), as is a rate limit's hold.
+func (r *runner) settle(ctx context.Context, a polled, b *backoff) error {
+	req, res, err := a.req, a.res, a.err
+	r.settlePollAcks(a.acks, res, err)
+	if err != nil {
+		r.slots.pollFailed(a.want)
+	}
+	if err != nil && req.PrefetchTasks > 0 && errors.Is(err, ErrInvalidRequest) {
+		// A server older than prefetch_tasks refuses the field (and acked
+		// nothing): ask for free slots and prefetch room in separate polls.
+		if !r.oldServer {
 			r.oldServer = true
 			r.log.Warn("the server refused a poll with prefetch_tasks; polling as for an older server", "err", err)
-			r.event(EventPolled, "", err)
-			continue
-		}
-		if err == nil {
-			jobs := make([]*job, len(res.Tasks))
-			for i, t := range res.Tasks {
-				jobs[i] = r.newJob(t, recv, date)
-			}
-			r.held.Add(len(jobs))
-			r.slots.claim(jobs, len(jobs) < asked)
-			if len(jobs) > 0 {
-				r.beats.learn(jobs[0].interval)
-			}
 		}
 		r.event(EventPolled, "", err)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMethodNotAllowed) {
-				return fmt.Errorf("taskforge worker %s: %w", r.cfg.ID, err)
-			}
-			d := b.next()
-			r.log.Warn("poll failed; retrying", "in", d, "err", err)
-			sleep(ctx, d)
-			continue
+		return nil
+	}
+	if err == nil {
+		jobs := make([]*job, len(res.Tasks))
+		for i, t := range res.Tasks {
+			jobs[i] = r.newJob(t, a.recv, a.date)
 		}
-		b.reset()
-		if len(res.Tasks) == 0 && res.RetryAfter > 0 && time.Since(sent) < r.cfg.PollWait/2 {
-			// A rate limit holds the work back and the server answered early: wait
-			// for the next token rather than ask again at once.
-			sleep(ctx, min(res.RetryAfter, r.cfg.PollWait))
+		r.held.Add(len(jobs))
+		r.slots.claim(jobs, a.want, len(jobs) < req.MaxTasks)
+		if len(jobs) > 0 {
+			r.beats.learn(jobs[0].interval)
 		}
+	}
+	r.event(EventPolled, "", err)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrMethodNotAllowed) {
+			return fmt.Errorf("taskforge worker %s: %w", r.cfg.ID, err)
+		}
+		d := b.next()
+		r.log.Warn("poll failed; retrying", "in", d, "err", err)
+		sleep(ctx, d)
+		return nil
+	}
+	b.reset()
+	if len(res.Tasks) == 0 && res.RetryAfter > 0 && time.Since(a.sent) < r.cfg.PollWait/2 {
+		// A rate limit holds the work back and the server answered early: wait
+		// for the next token rather than ask again at once.
+		sleep(ctx, min(res.RetryAfter, r.cfg.PollWait))
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ type slots struct {
 	concurrency   int
 	prefetch      int
 	prefetchBelow time.Duration
+	// autoPrefetch: Prefetch was left to its default, so the prefetch room adapts
+	// (slotState.prefetchNow) from prefetch up to autoPrefetchMax.
+	autoPrefetch bool
 	// execute runs a job's handler; the keeper calls it (in a new goroutine) when
 	// it gives the job a slot.
 	execute func(*job)
@@ -50,7 +53,10 @@ const (
 // than it asked for (the queue had no more due work to give it).
 type claimEvent struct {
 	jobs  []*job
+	asked int // how many tasks the poll asked for
 	short bool
+	// failed: the poll failed; it claimed nothing and says nothing of the queue.
+	failed bool
 }
 
 // returnEvent tells the keeper a handler returned after running for ran (0 when it
@@ -84,9 +90,20 @@ type heldJob struct {
 // likely waiting for work, and an ack goes at once instead (lastShort).
 const pollAckHold = 50 * time.Millisecond
 
-func newSlots(cfg WorkerConfig, execute func(*job), forget func(*job), ackAlone func([]*job), quit <-chan struct{}) *slots {
+// autoPrefetchMax bounds the adapted prefetch room (WorkerConfig.Prefetch left to
+// its default) together with the slots: two full polls' worth of tasks, so that
+// the next full poll can be out while a full poll's worth still runs.
+const autoPrefetchMax = 2 * maxPollTasks
+
+// maxPollsInFlight is how many polls the worker keeps out at once. A second poll
+// goes only while handlers run short and the queue has work, and only for a
+// room worth a poll (pollWorth), so that the next tasks are on their way while
+// the server still answers the first.
+const maxPollsInFlight = 2
+
+func newSlots(cfg WorkerConfig, autoPrefetch bool, execute func(*job), forget func(*job), ackAlone func([]*job), quit <-chan struct{}) *slots {
 	return &slots{concurrency: cfg.Concurrency, prefetch: cfg.Prefetch, prefetchBelow: cfg.PrefetchBelow,
-		execute: execute, forget: forget, ackAlone: ackAlone, clock: cfg.Clock,
+		autoPrefetch: autoPrefetch && cfg.Prefetch > 0, execute: execute, forget: forget, ackAlone: ackAlone, clock: cfg.Clock,
 		claimed: make(chan claimEvent), returned: make(chan returnEvent), dropped: make(chan *job),
 		plans: make(chan chan pollPlan), holding: make(chan chan []*job), gone: make(chan chan []*job),
 		stopping: make(chan chan []heldJob), freed: make(chan struct{}, 1), quit: quit}
@@ -114,21 +131,49 @@ type slotState struct {
 	// go alone at once.
 	lastShort bool
 	pollAcks  []*job
-	holdUntil <-chan time.Time // set while pollAcks wait for a poll in flight
+	holdUntil <-chan time.Time // set while pollAcks wait for a poll in flight, or for one deferred
 	avgRun    time.Duration    // moving average of handler durations; 0 until one returned
+	// prefetchNow is the prefetch room the next poll may fill: Prefetch, or when
+	// it adapts (autoPrefetch), from Prefetch up to autoPrefetchMax less the
+	// slots. It doubles when a full poll comes back after the slots ran dry
+	// while the queue had work (starved), and shrinks by a quarter when one
+	// comes back with tasks still waiting; a short poll (the queue ran dry) sets
+	// it back to Prefetch.
+	prefetchNow int
+	starved     bool
+	// deferred: the poller is parked because the room was too small to be worth
+	// a poll while prefetched tasks wait; forcePoll: the hold of acks ran out
+	// meanwhile, so the next poll goes whatever its size.
+	deferred, forcePoll bool
+	// inFlight polls are out, asking for asked tasks in all: the room they may
+	// fill is taken until they are answered.
+	inFlight, asked int
 }
 
 // run serves events until quit closes.
 func (s *slots) run() {
-	st := &slotState{active: map[*job]jobState{}}
+	st := &slotState{active: map[*job]jobState{}, prefetchNow: s.prefetch}
 	for {
 		select {
 		case <-st.holdUntil:
 			st.holdUntil = nil
+			if st.deferred && st.inFlight < maxPollsInFlight {
+				// The poller waits for room: send the acks with a poll now.
+				st.forcePoll = true
+				s.wakePoller()
+				continue
+			}
 			acks := st.pollAcks
 			st.pollAcks = nil
 			s.ackAlone(acks)
 		case ev := <-s.claimed:
+			st.inFlight--
+			st.asked -= ev.asked
+			if ev.failed {
+				s.wakePoller()
+				continue
+			}
+			s.adaptPrefetch(st, ev.short)
 			st.lastShort = ev.short
 			for _, j := range ev.jobs {
 				st.active[j] = jobWaiting
@@ -144,14 +189,7 @@ func (s *slots) run() {
 			s.startWaiting(st)
 			s.wakePoller()
 		case reply := <-s.plans:
-			p := pollPlan{}
-			p.free, p.prefetch = s.pollSize(st)
-			p.want = p.free + p.prefetch
-			st.pollerIdle = p.want <= 0
-			p.acks, st.pollAcks = st.pollAcks, nil
-			st.ackPollOut = !st.pollerIdle && len(p.acks) > 0
-			st.stopHold()
-			reply <- p
+			reply <- s.planPoll(st)
 		case reply := <-s.holding:
 			var jobs []*job
 			for j, state := range st.active {
@@ -185,13 +223,95 @@ func (s *slots) run() {
 // nack is still on its way hold no slot, so the next poll overlaps with their
 // report.
 func (s *slots) pollSize(st *slotState) (free, prefetch int) {
-	free = max(s.concurrency-st.running-len(st.waiting), 0)
-	if s.prefetch > 0 && st.avgRun > 0 && st.avgRun < s.prefetchBelow {
+	// The tasks of the polls out count as waiting: they may all come.
+	waiting := len(st.waiting) + st.asked
+	free = max(s.concurrency-st.running-waiting, 0)
+	if s.prefetching(st) {
 		// Waiting jobs beyond the slots they will fill are prefetched ones.
-		prefetch = max(s.prefetch-max(len(st.waiting)+st.running-s.concurrency, 0), 0)
+		prefetch = max(st.prefetchNow-max(waiting+st.running-s.concurrency, 0), 0)
 	}
 	free = min(free, maxPollTasks)
 	return free, min(prefetch, maxPollTasks-free)
+}
+
+// prefetching reports whether the worker prefetches now: it may, and its
+// handlers run short.
+func (s *slots) prefetching(st *slotState) bool {
+	return s.prefetch > 0 && st.avgRun > 0 && st.avgRun < s.prefetchBelow
+}
+
+// planPoll is the next poll: what it asks for and the acks it carries; or, when
+// no poll goes now (want 0), the acks to send alone, if any.
+func (s *slots) planPoll(st *slotState) pollPlan {
+	p := pollPlan{}
+	p.free, p.prefetch = s.pollSize(st)
+	p.want = p.free + p.prefetch
+	if p.want > 0 && s.pollNow(st, p.want) {
+		st.forcePoll, st.pollerIdle, st.deferred = false, false, false
+		st.inFlight++
+		st.asked += p.want
+		p.acks, st.pollAcks = st.pollAcks, nil
+		st.ackPollOut = len(p.acks) > 0
+		st.stopHold()
+		return p
+	}
+	want := p.want
+	p = pollPlan{}
+	// Idle: nothing to ask for and no poll out; a freed slot sets off the next
+	// poll at once, and it carries the acks of the handlers returned meanwhile.
+	st.pollerIdle = st.inFlight == 0 && want <= 0
+	// Deferred: tasks wait to run, or a poll is out, and the room is small (a
+	// poll for it would cost a round trip for a few tasks): wait for more room,
+	// for the waiting tasks to run out or for the poll out to come back, and
+	// keep the acks for the poll that follows, within pollAckHold.
+	st.deferred = !st.pollerIdle
+	if st.forcePoll || st.pollerIdle {
+		st.forcePoll = false
+		p.acks, st.pollAcks = st.pollAcks, nil
+		st.stopHold()
+		return p
+	}
+	if len(st.pollAcks) > 0 && st.holdUntil == nil {
+		st.holdUntil = s.clock.After(pollAckHold)
+	}
+	return p
+}
+
+// pollNow reports whether a poll for want tasks goes now. With no poll out, a
+// poll goes unless more tasks wait at hand than it would bring and it would
+// fill less than half the room of the slots and the prefetch: those tasks keep
+// the slots busy while the room grows to a poll worth its round trip. A second
+// poll goes only while handlers run short and the queue has work, and only for
+// half that room (at most a full poll). The hold of acks for a poll forces one
+// (forcePoll), within maxPollsInFlight.
+func (s *slots) pollNow(st *slotState, want int) bool {
+	worth := want >= min((s.concurrency+st.prefetchNow)/2, maxPollTasks)
+	switch {
+	case st.inFlight >= maxPollsInFlight:
+		return false
+	case st.forcePoll:
+		return true
+	case st.inFlight == 0:
+		return worth || len(st.waiting) <= want || !s.prefetching(st)
+	}
+	return worth && !st.lastShort && s.prefetching(st)
+}
+
+// adaptPrefetch adapts the prefetch room to a poll's answer (see
+// slotState.prefetchNow), when it adapts at all.
+func (s *slots) adaptPrefetch(st *slotState, short bool) {
+	if !s.autoPrefetch {
+		return
+	}
+	switch {
+	case short:
+		st.prefetchNow = s.prefetch
+	case st.starved:
+		st.prefetchNow = min(st.prefetchNow*2, max(autoPrefetchMax-s.concurrency, s.prefetch))
+	case len(st.waiting) > 0:
+		st.prefetchNow = max(st.prefetchNow-st.prefetchNow/4, s.prefetch)
+	}
+	st.starved = false
 }
 
 // handlerReturned frees ev.job's slot while its outcome is reported, and folds the
@@ -251,6 +371,11 @@ func (s *slots) startWaiting(st *slotState) {
 		st.running++
 		go s.execute(j)
 	}
+	if st.running < s.concurrency && len(st.waiting) == 0 && !st.lastShort && !st.stopping {
+		// A slot idles while the queue has work: the prefetch room did not last
+		// until the next poll's answer.
+		st.starved = true
+	}
 }
 
 func (s *slots) wakePoller() {
@@ -262,7 +387,12 @@ func (s *slots) wakePoller() {
 
 // claim hands the keeper the jobs a poll claimed (each runs as soon as a slot is
 // free) and whether the poll came back short of what it asked for.
-func (s *slots) claim(jobs []*job, short bool) { s.claimed <- claimEvent{jobs: jobs, short: short} }
+func (s *slots) claim(jobs []*job, asked int, short bool) {
+	s.claimed <- claimEvent{jobs: jobs, asked: asked, short: short}
+}
+
+// pollFailed tells the keeper a poll that asked for asked tasks failed.
+func (s *slots) pollFailed(asked int) { s.claimed <- claimEvent{asked: asked, failed: true} }
 
 // handlerDone tells the keeper j's handler returned (see handlerReturned).
 func (s *slots) handlerDone(j *job, ran time.Duration, ackByPoll bool) (handed bool) {

@@ -235,7 +235,7 @@ their retry budget, and exits 0.`,
 	fs.StringVar(&token, "token", envOr("TASKFORGE_TOKEN", ""), "API token with the worker role ($TASKFORGE_TOKEN)")
 	fs.StringArrayVarP(&queues, "queue", "q", nil, "NAME=HANDLER; repeat for more queues ("+handlerNames()+")")
 	fs.IntVarP(&cfg.Concurrency, "concurrency", "c", 10, "tasks run at once")
-	fs.IntVar(&cfg.Prefetch, "prefetch", 0, "tasks claimed ahead of a free slot while handlers run under --prefetch-below on average (0: none; unset: --concurrency, at most 100)")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 0, "tasks claimed ahead of a free slot while handlers run under --prefetch-below on average (0: none; unset: --concurrency, at most 100, adapting up to 200 with the slots while handlers outrun polls)")
 	fs.DurationVar(&cfg.PrefetchBelow, "prefetch-below", client.DefaultPrefetchBelow, "average handler duration under which the worker prefetches")
 	fs.StringVar(&cfg.ID, "worker-id", "", "worker id (default <hostname>-<pid>-<random>)")
 	fs.DurationVar(&cfg.ShutdownGrace, "grace", 10*time.Second, "on SIGTERM, how long running tasks may finish before they are handed back")

@@ -25,6 +25,9 @@ type pollLog struct {
 	refuse bool
 	mu     sync.Mutex
 	polls  []loggedPoll
+	// out is how many polls are out now, asking for outAsked tasks in all;
+	// mostOut and mostAsked the most that were at once.
+	out, mostOut, outAsked, mostAsked int
 }
 
 type loggedPoll struct {
@@ -46,6 +49,18 @@ func (p *pollLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := json.Unmarshal(body, &lp.req); err != nil {
 		return nil, err
 	}
+	n, _ := asked(lp)
+	p.mu.Lock()
+	p.out++
+	p.outAsked += n
+	p.mostOut, p.mostAsked = max(p.mostOut, p.out), max(p.mostAsked, p.outAsked)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.out--
+		p.outAsked -= n
+		p.mu.Unlock()
+	}()
 	if p.refuse && lp.req.PrefetchTasks != nil {
 		lp.refused = true
 		p.add(lp)
@@ -209,5 +224,95 @@ func TestWorkerPollsAnOlderServer(t *testing.T) {
 		if p.refused || p.req.PrefetchTasks != nil {
 			t.Fatalf("after the refusal a poll still carried prefetch_tasks: %+v", p.req)
 		}
+	}
+}
+
+// most is the most polls that were out at once, and the most tasks the polls
+// out at once asked for.
+func (p *pollLog) most() (polls, tasks int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mostOut, p.mostAsked
+}
+
+// drainLogged enqueues n no-op tasks in batches of 500, runs a worker with cfg
+// on them until all are done, and returns what its polls asked for.
+func drainLogged(t *testing.T, cfg client.WorkerConfig, n int) *pollLog {
+	t.Helper()
+	c, log := pollLogServer(t, false, client.QueueSettings{})
+	for done := 0; done < n; done += 500 {
+		enqueueTogether(t, c, slices.Repeat([]string{"quick"}, min(500, n-done))...)
+	}
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(context.Context, *client.Job) error { return nil })
+	start(t, w)
+	testserver.Eventually(t, 60*time.Second, "every task done", func() bool {
+		st, err := c.Stats(context.Background(), "q")
+		return err == nil && st.Depth[client.StatusDone] == int64(n)
+	})
+	return log
+}
+
+// asked is what a poll asked for: all its tasks, and the prefetch among them.
+func asked(p loggedPoll) (n, prefetch int) {
+	n = 1
+	if p.req.MaxTasks != nil {
+		n = *p.req.MaxTasks
+	}
+	if p.req.PrefetchTasks != nil {
+		prefetch = *p.req.PrefetchTasks
+	}
+	return n, prefetch
+}
+
+// TestWorkerPrefetchAdaptsToHandlersThatOutrunPolls: a worker left to its
+// default prefetch, whose handlers return before a poll's answer comes back,
+// raises its prefetch room beyond its slots, so that its polls ask for more
+// than twice its slots (at most a full poll of 100); with the prefetch set, its
+// polls out at once never ask beyond its slots and that prefetch.
+func TestWorkerPrefetchAdaptsToHandlersThatOutrunPolls(t *testing.T) {
+	t.Parallel()
+	const slots, tasks = 4, 2000
+	t.Run("default", func(t *testing.T) {
+		t.Parallel()
+		log := drainLogged(t, workerConfig("w-adapt", slots), tasks)
+		most, polls := 0, log.all()
+		for _, p := range polls {
+			n, _ := asked(p)
+			if n > 100 {
+				t.Fatalf("a poll asked for %d tasks, beyond a full poll", n)
+			}
+			most = max(most, n)
+		}
+		out, _ := log.most()
+		t.Logf("%d tasks took %d polls; the largest asked for %d tasks; at most %d polls out at once", tasks, len(polls), most, out)
+		if most <= 2*slots {
+			t.Fatalf("no poll asked for more than %d tasks (%d slots and as many prefetched): the prefetch room never grew", most, slots)
+		}
+	})
+	t.Run("set", func(t *testing.T) {
+		t.Parallel()
+		cfg := workerConfig("w-fixed", slots)
+		cfg.Prefetch = slots
+		log := drainLogged(t, cfg, tasks/4)
+		for _, p := range log.all() {
+			if n, pre := asked(p); n > 2*slots || pre > slots {
+				t.Fatalf("a poll asked for %d tasks, %d of them prefetch: beyond %d slots and Prefetch %d", n, pre, slots, slots)
+			}
+		}
+		if _, most := log.most(); most > 2*slots {
+			t.Fatalf("the polls out at once asked for %d tasks: beyond %d slots and Prefetch %d", most, slots, slots)
+		}
+	})
+}
+
+// TestWorkerKeepsASecondPollOut: a worker whose handlers outrun its polls, on a
+// queue with work, sends its next poll while the last is still out, and never
+// has more than two out.
+func TestWorkerKeepsASecondPollOut(t *testing.T) {
+	t.Parallel()
+	log := drainLogged(t, workerConfig("w-pipeline", 16), 3000)
+	if most, _ := log.most(); most != 2 {
+		t.Fatalf("at most %d polls were out at once, want 2", most)
 	}
 }
