@@ -42,7 +42,12 @@ export interface WorkerOptions {
    * returns the next task is already at hand. A prefetched task is heartbeated
    * while it waits; its lease and timeout run from the claim. One poll asks for the
    * free slots and the prefetch room together (capped queues fill only free slots).
-   * Defaults to `concurrency` (at most 100); 0 turns prefetching off.
+   * Defaults to `concurrency` (at most 100), and then adapts: while polls come back
+   * full after the handlers ran out of tasks before their answer (handlers
+   * outrunning polls), the room doubles, up to 200 tasks with the slots; it shrinks
+   * by a quarter while tasks still wait when a poll comes back, and falls back to
+   * the default when a poll comes back short. A value set is kept as is (at most
+   * 100); 0 turns prefetching off.
    */
   prefetch?: number;
   /** The average handler duration under which the worker prefetches, in ms. Defaults to 250. */
@@ -63,6 +68,8 @@ export interface WorkerOptions {
 
 /** The most tasks one poll may claim or one batch may ack. */
 const MAX_POLL_TASKS = 100;
+/** Bounds the adapted prefetch room together with the slots: two full polls. */
+const AUTO_PREFETCH_MAX = 2 * MAX_POLL_TASKS;
 /** How long Run keeps trying to report tasks after the grace period, in ms. */
 const FINAL_REPORT_MS = 5_000;
 /** How long past its estimated expiry a lease is still assumed held, in ms. */
@@ -217,9 +224,12 @@ export class Worker {
   readonly #opts: Required<Omit<WorkerOptions, "logger">> & { logger: Logger };
   readonly #handlers = new Map<string, Handler>();
   #running = false;
+  /** The prefetch was left to its default, so its room adapts. */
+  readonly #autoPrefetch: boolean;
 
   constructor(client: Client, options: WorkerOptions = {}) {
     this.#client = client;
+    this.#autoPrefetch = options.prefetch === undefined;
     const id = options.id || `${hostname() || "worker"}-${process.pid}-${Math.random().toString(16).slice(2, 8)}`;
     const nonNeg = (v: number | undefined, d: number) => (v === undefined || !Number.isFinite(v) || v < 0 ? d : v);
     const retryMinMs = nonNeg(options.retryMinMs, 100) || 100;
@@ -271,7 +281,7 @@ export class Worker {
     if (this.#handlers.size === 0) throw new Error("taskforge: worker has no handlers; call handle first");
     this.#running = true;
     try {
-      await new Run(this.#client, this.#opts, new Map(this.#handlers)).run(signal);
+      await new Run(this.#client, this.#opts, new Map(this.#handlers), this.#autoPrefetch).run(signal);
     } finally {
       this.#running = false;
     }
@@ -312,6 +322,16 @@ class Run {
   #pollAcks: Held[] = [];
   /** Moving average of handler durations (ms); 0 until one returned. */
   #avgRun = 0;
+  /** The prefetch room adapts (the default prefetch): from prefetch up to AUTO_PREFETCH_MAX less the slots. */
+  readonly #autoPrefetch: boolean;
+  /**
+   * The prefetch room the next poll may fill. Adapting, it doubles when a full poll
+   * comes back after the slots ran dry while the queue had work (#starved), shrinks
+   * by a quarter when one comes back with tasks still waiting, and falls back to
+   * prefetch when one comes back short (the queue ran dry).
+   */
+  #prefetchNow: number;
+  #starved = false;
   #ackQueue: Held[] = [];
   #ackSending = false;
   /** Wakes the poller when a slot frees (a one-element buffer, as a channel would be). */
@@ -320,9 +340,11 @@ class Run {
   /** Resolved when no task is held any more. */
   #idleWaiters: (() => void)[] = [];
 
-  constructor(c: Client, o: Required<Omit<WorkerOptions, "logger">> & { logger: Logger }, handlers: Map<string, Handler>) {
+  constructor(c: Client, o: Required<Omit<WorkerOptions, "logger">> & { logger: Logger }, handlers: Map<string, Handler>, autoPrefetch: boolean) {
     this.#c = c;
     this.#o = o;
+    this.#autoPrefetch = autoPrefetch && o.prefetch > 0;
+    this.#prefetchNow = o.prefetch;
     this.#handlers = handlers;
     this.#queues = [...handlers.keys()];
   }
@@ -387,6 +409,7 @@ class Run {
         continue;
       }
       b.reset();
+      this.#adaptPrefetch((res.tasks?.length ?? 0) < asked);
       this.#lastShort = (res.tasks?.length ?? 0) < asked;
       for (const task of res.tasks ?? []) this.#start(task, recv, date);
       const retryAfterMs = res.retry_after_ms ?? 0;
@@ -415,7 +438,7 @@ class Run {
     if (this.#o.prefetch > 0 && this.#avgRun > 0 && this.#avgRun < this.#o.prefetchBelowMs) {
       // Waiting tasks beyond the slots they will fill are prefetched ones.
       const beyond = Math.max(this.#waiting.length + this.#running - this.#o.concurrency, 0);
-      prefetch = Math.max(this.#o.prefetch - beyond, 0);
+      prefetch = Math.max(this.#prefetchNow - beyond, 0);
     }
     free = Math.min(free, MAX_POLL_TASKS);
     prefetch = Math.min(prefetch, MAX_POLL_TASKS - free);
@@ -424,6 +447,15 @@ class Run {
     const acks = this.#pollAcks;
     this.#pollAcks = [];
     return { free, prefetch, acks };
+  }
+
+  /** Adapts the prefetch room to a poll's answer (see #prefetchNow), when it adapts at all. */
+  #adaptPrefetch(short: boolean): void {
+    if (!this.#autoPrefetch) return;
+    if (short) this.#prefetchNow = this.#o.prefetch;
+    else if (this.#starved) this.#prefetchNow = Math.min(this.#prefetchNow * 2, Math.max(AUTO_PREFETCH_MAX - this.#o.concurrency, this.#o.prefetch));
+    else if (this.#waiting.length > 0) this.#prefetchNow = Math.max(this.#prefetchNow - Math.floor(this.#prefetchNow / 4), this.#o.prefetch);
+    this.#starved = false;
   }
 
   /** Resolves when a slot frees (or already has since the last wait), or stop aborts. */
@@ -505,6 +537,14 @@ class Run {
       this.#running++;
       this.#execute(j).catch((e) => this.#o.logger.error("worker bug: a task's run failed", { task_id: j.id, err: messageOf(e) }));
     }
+  }
+
+  /** Starts prefetched tasks in the slot a handler freed; notes when none was left for it. */
+  #refill(): void {
+    this.#startWaiting();
+    // A slot idles while the queue has work: the prefetch room did not last until
+    // the next poll's answer.
+    if (this.#running < this.#o.concurrency && this.#waiting.length === 0 && !this.#lastShort && !this.#stopping) this.#starved = true;
   }
 
   /**
@@ -593,7 +633,7 @@ class Run {
         }
       }
     }
-    this.#startWaiting();
+    this.#refill();
     this.#signalSlot();
     return handed;
   }

@@ -92,14 +92,39 @@ test("one poll asks for the free slots and the prefetch room together", async ()
     return fetch(input, init);
   };
   const tasks = await client.enqueueBatch(q, Array.from({ length: 40 }, (_, i) => ({ payload: i })));
-  const w = new Worker(new Client(url, { fetch: logging }), { concurrency: 2, pollWaitMs: 1_000, logger: logger() });
+  const w = new Worker(new Client(url, { fetch: logging }), { concurrency: 2, prefetch: 2, pollWaitMs: 1_000, logger: logger() });
   w.handle(q, async () => null);
   const r = start(w);
   await waitAll(q, tasks.map((t) => t.id), "done");
   await r.stop();
-  // The default prefetch is the concurrency: at most two free and two prefetched.
+  // A prefetch set stays: at most two free and two prefetched.
   assert.ok(polls.every((p) => (p.max_tasks ?? 1) <= 4 && (p.prefetch_tasks ?? 0) <= 2 && !p.prefetch), JSON.stringify(polls));
   assert.ok(polls.some((p) => p.max_tasks === 4 && p.prefetch_tasks === 2), `no poll asked for 2 free and 2 prefetched: ${JSON.stringify(polls)}`);
+});
+
+test("the default prefetch room grows while handlers outrun polls", async () => {
+  const q = await freshQueue("adapt");
+  const polls: { max_tasks?: number }[] = [];
+  const logging: typeof fetch = (input, init) => {
+    if (new URL(String(input)).pathname === "/workers/poll" && typeof init?.body === "string") polls.push(JSON.parse(init.body));
+    return fetch(input, init);
+  };
+  const ids: string[] = [];
+  for (let i = 0; i < 4; i++) {
+    const batch = await client.enqueueBatch(q, Array.from({ length: 250 }, (_, j) => ({ payload: i * 250 + j })));
+    ids.push(...batch.map((t) => t.id));
+  }
+  const w = new Worker(new Client(url, { fetch: logging }), { concurrency: 2, pollWaitMs: 1_000, logger: logger() });
+  w.handle(q, async () => null);
+  const r = start(w);
+  for (const end = Date.now() + 60_000; ((await client.stats(q)).depth.done ?? 0) < ids.length;) {
+    assert.ok(Date.now() < end, "the tasks were not all done within 60 s");
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  await r.stop();
+  const most = Math.max(...polls.map((p) => p.max_tasks ?? 1));
+  // Two slots and, by default, two prefetched at first; then up to a full poll.
+  assert.ok(most > 4 && most <= 100, `the largest poll asked for ${most} tasks over ${polls.length} polls`);
 });
 
 test("a server older than prefetch_tasks: the worker polls as before, and runs every task", async () => {
