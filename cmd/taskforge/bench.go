@@ -27,6 +27,7 @@ func benchCommand() *cobra.Command {
 		scaleQueues, scaleRows          string
 		fairLayout, fairE1Layout        string
 		fairBacklog, fairSpread         string
+		fairParts                       string
 		quiet                           bool
 		workerCommands                  = defaultWorkerCommands()
 	)
@@ -112,6 +113,7 @@ Exit status 1 when a step failed or a check did not hold.`,
 				return usageError(err)
 			}
 			cfg.Experiments = splitList(experiments)
+			cfg.Fair.Parts = splitList(fairParts)
 			for _, name := range splitList(variants) {
 				i := slices.IndexFunc(bench.DefaultLeaseVariants, func(v bench.LeaseVariant) bool { return v.Name == name })
 				if i < 0 {
@@ -194,7 +196,8 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.StringVar(&fairLayout, "fair-layout", "4x16", "fair: worker layout of the backlog and spread drains")
 	fs.StringVar(&fairE1Layout, "fair-e1-layout", "4x16", "fair: worker layout of E1 on a fair queue against a plain one")
 	fs.IntVar(&cfg.Fair.E1Tasks, "fair-e1-tasks", 5000, "fair: tasks of each E1 drain")
-	fs.DurationVar(&cfg.Fair.IdleWindow, "fair-idle-window", 10*time.Second, "fair: idle CPU window of each spread step")
+	fs.DurationVar(&cfg.Fair.IdleWindow, "fair-idle-window", 10*time.Second, "fair: steady idle CPU window of each spread step, after its settling")
+	fs.StringVar(&fairParts, "fair-parts", strings.Join(bench.FairParts, ","), "fair: parts to run, among "+strings.Join(bench.FairParts, ", "))
 	fs.DurationVar(&cfg.Scale.ScrapeEvery, "scale-scrape-every", 2500*time.Millisecond, "scale: pause between metrics scrapes in the rows window")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile-dir", "", "write a CPU profile of serve during each e1 window into this directory")
 	fs.StringArrayVar(&cfg.ServeEnv, "serve-env", nil, serveEnvUsage)

@@ -455,6 +455,11 @@ func (c Config) Validate() error {
 	if f := c.Fair; f.Backlog < 1 || f.SmallGroups < 1 || f.SmallTasks < 1 || f.Spread < 1 || f.E1Tasks < 1 {
 		errs = append(errs, errors.New("fair: sizes must be at least 1"))
 	}
+	for _, part := range c.Fair.Parts {
+		if !slices.Contains(FairParts, part) {
+			errs = append(errs, fmt.Errorf("fair: unknown part %q (want %s)", part, strings.Join(FairParts, ", ")))
+		}
+	}
 	if c.Scale.LatencySamples < 1 || c.Scale.Samples < 1 {
 		errs = append(errs, errors.New("scale: sample counts must be at least 1"))
 	}

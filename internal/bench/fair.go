@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskforge/taskforge/client"
 )
@@ -52,7 +55,15 @@ type FairConfig struct {
 	// E1Tasks and E1Layout size the e1 part. Defaults: 5,000 tasks, 4x16.
 	E1Tasks  int    `json:"e1_tasks"`
 	E1Layout Layout `json:"e1_layout"`
+	// Parts are the parts to run, among FairParts. Defaults to all of them.
+	Parts []string `json:"parts"`
 }
+
+// FairParts are the fair experiment's parts, in the order they run.
+var FairParts = []string{"backlog", "spread", "e1"}
+
+// runs reports whether part is among c.Parts.
+func (c FairConfig) runs(part string) bool { return slices.Contains(c.Parts, part) }
 
 func (c *FairConfig) defaults() {
 	if c.Backlog == 0 {
@@ -78,6 +89,9 @@ func (c *FairConfig) defaults() {
 	}
 	if c.E1Layout.Procs == 0 {
 		c.E1Layout = Layout{Procs: 4, Concurrency: 16}
+	}
+	if len(c.Parts) == 0 {
+		c.Parts = FairParts
 	}
 }
 
@@ -113,8 +127,20 @@ type FairSpreadResult struct {
 	Tasks       int     `json:"tasks"`
 	Groups      int     `json:"groups"`
 	LoadSeconds float64 `json:"load_s"`
-	// IdleCPU is the window without workers; the cores are its serve, PostgreSQL
-	// (the step's backends) and Redis shares.
+	// SettleCPU runs from serve's start, with no worker, until the load's one-off
+	// work is done: the dispatcher has buffered what it buffers (the buffered count
+	// held still for fairQuietFor) and the fold has no delta left. SettleSeconds is
+	// its length; the CPU-seconds are its serve, PostgreSQL and Redis shares.
+	SettleCPU             CPUSplit `json:"settle_cpu"`
+	SettleSeconds         float64  `json:"settle_s"`
+	SettleServeSeconds    float64  `json:"settle_serve_cpu_s"`
+	SettlePostgresSeconds float64  `json:"settle_postgres_cpu_s"`
+	SettleRedisSeconds    float64  `json:"settle_redis_cpu_s"`
+	// Buffered is the tasks buffered when settled.
+	Buffered int `json:"buffered"`
+	// IdleCPU is the steady window after settling, still without workers and
+	// without any query of the harness; the cores are its serve, PostgreSQL (the
+	// step's backends) and Redis shares.
 	IdleCPU           CPUSplit `json:"idle_cpu"`
 	IdleServeCores    float64  `json:"idle_serve_cores"`
 	IdlePostgresCores float64  `json:"idle_postgres_cores"`
@@ -124,8 +150,14 @@ type FairSpreadResult struct {
 	// StartToFirstStartMs is from the workers' start (the processes exec'd) to the
 	// first task's start.
 	StartToFirstStartMs float64 `json:"start_to_first_start_ms"`
-	// Probe is enqueue → start of the probe tasks (one each in a new group).
-	Probe Dist `json:"probe"`
+	// Probe is enqueue → start of the probe tasks (one each in a new group), and
+	// ProbeBuffered enqueue → buffered (dispatched_at: the dispatch machinery's
+	// part; the rest is the group's turn).
+	Probe         Dist `json:"probe"`
+	ProbeBuffered Dist `json:"probe_buffered"`
+	// DrainWait is, for the drain's loaded tasks, the workers' start → each
+	// task's first start (the tasks were all due before it).
+	DrainWait Dist `json:"drain_wait"`
 }
 
 // FairE1Result is one run of the e1 part: the same drain on a plain queue and on
@@ -142,21 +174,86 @@ type FairE1Result struct {
 
 // fair runs the three parts of the fair experiment once.
 func (r *runner) fair(ctx context.Context, run int) error {
-	res, err := r.fairBacklog(ctx, run)
-	r.report.FairBacklog = append(r.report.FairBacklog, res)
-	if err != nil {
-		return err
-	}
-	for _, groups := range []int{r.cfg.Fair.Spread, 1} {
-		res, err := r.fairSpread(ctx, run, groups)
-		r.report.FairSpread = append(r.report.FairSpread, res)
+	c := r.cfg.Fair
+	if c.runs("backlog") {
+		res, err := r.fairBacklog(ctx, run)
+		r.report.FairBacklog = append(r.report.FairBacklog, res)
 		if err != nil {
 			return err
 		}
 	}
+	if c.runs("spread") {
+		// Many groups first in odd runs, one group first in even ones.
+		order := []int{c.Spread, 1}
+		if run%2 == 0 {
+			order = []int{1, c.Spread}
+		}
+		for _, groups := range order {
+			res, err := r.fairSpread(ctx, run, groups)
+			r.report.FairSpread = append(r.report.FairSpread, res)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if !c.runs("e1") {
+		return nil
+	}
 	e1, err := r.fairE1(ctx, run)
 	r.report.FairE1 = append(r.report.FairE1, e1)
 	return err
+}
+
+// Settling: the spread part's steady idle window starts once the load's one-off
+// work is done. The step is settled when, at fairQuietPolls polls fairQuietEvery
+// apart in a row, the fold had no delta left and the queue's buffered count had
+// not moved; it fails after fairSettleMax.
+const (
+	fairQuietEvery = 500 * time.Millisecond
+	fairQuietPolls = 4
+	fairSettleMax  = 5 * time.Minute
+)
+
+// waitFairQuiet waits until queue's step is settled (above) and returns its
+// buffered count then.
+func (s *step) waitFairQuiet(ctx context.Context, queue string) (int, error) {
+	deadline := time.Now().Add(fairSettleMax)
+	last, quiet := -1, 0
+	for {
+		var deltas, buffered int
+		qctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := s.pool.QueryRow(qctx, fairSettling, queue).Scan(&deltas, &buffered)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("wait for the load's work to settle: %w", err)
+		}
+		if deltas == 0 && buffered == last {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = buffered
+		if quiet >= fairQuietPolls {
+			return buffered, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("not settled after %s: %d deltas to fold, %d buffered", fairSettleMax, deltas, buffered)
+		}
+		if err := pause(ctx, fairQuietEvery); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// msList runs query, whose rows are one float8 each (milliseconds).
+func (s *step) msList(ctx context.Context, query string, args ...any) ([]float64, error) {
+	qctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(qctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[float64])
 }
 
 // fairBigGroup is the backlog part's big group.
@@ -361,12 +458,25 @@ func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSprea
 		return res, err
 	}
 	defer s.close()
-	r.prog.update(true, "%s: settling, then an idle window of %s", label, c.IdleWindow)
-	if err := pause(ctx, r.cfg.Scale.Settle); err != nil {
-		return res, err
-	}
+	r.prog.update(true, "%s: settling (no worker), then an idle window of %s", label, c.IdleWindow)
 	tracker, err := s.sampler.track()
 	if err != nil {
+		return res, err
+	}
+	settled := time.Now()
+	res.Buffered, err = s.waitFairQuiet(ctx, name)
+	if err != nil {
+		_, _ = tracker.finish(runtime.NumCPU())
+		return res, err
+	}
+	res.SettleSeconds = time.Since(settled).Seconds()
+	if res.SettleCPU, err = tracker.finish(runtime.NumCPU()); err != nil {
+		return res, err
+	}
+	res.SettleServeSeconds = res.SettleCPU.Seconds[cpuServe]
+	res.SettlePostgresSeconds = res.SettleCPU.Seconds[cpuPGBench]
+	res.SettleRedisSeconds = res.SettleCPU.Seconds[cpuRedis]
+	if tracker, err = s.sampler.track(); err != nil {
 		return res, err
 	}
 	if err := pause(ctx, c.IdleWindow); err != nil {
@@ -423,8 +533,20 @@ func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSprea
 		return res, err
 	}
 	res.Probe = distOf(probe)
-	r.prog.println(fmt.Sprintf("%s: idle serve %.3f + PostgreSQL %.3f + Redis %.3f cores; drain %.0f tasks/s; a new group's task enqueue → start p50 %.1f ms, p99 %.1f ms (load %.2f)",
-		label, res.IdleServeCores, res.IdlePostgresCores, res.IdleRedisCores, res.Throughput, res.Probe.P50, res.Probe.P99, res.LoadAvg[0]))
+	buffered, err := s.msList(ctx, fairBufferedLatencies, probes)
+	if err != nil {
+		return res, fmt.Errorf("read the probes' dispatch: %w", err)
+	}
+	res.ProbeBuffered = distOf(buffered)
+	wait, err := s.msList(ctx, fairDrainWaits, name, ready, probes)
+	if err != nil {
+		return res, fmt.Errorf("read the drain's waits: %w", err)
+	}
+	res.DrainWait = distOf(wait)
+	r.prog.println(fmt.Sprintf("%s: settling %.1f s, serve %.2f + PostgreSQL %.2f + Redis %.2f CPU-s; then idle serve %.3f + PostgreSQL %.3f + Redis %.3f cores; drain %.0f tasks/s, wait p50 %.0f ms p99 %.0f ms; a new group's task enqueue → buffered p50 %.1f ms p99 %.1f ms, → start p50 %.1f ms p99 %.1f ms (load %.2f)",
+		label, res.SettleSeconds, res.SettleServeSeconds, res.SettlePostgresSeconds, res.SettleRedisSeconds,
+		res.IdleServeCores, res.IdlePostgresCores, res.IdleRedisCores, res.Throughput, res.DrainWait.P50, res.DrainWait.P99,
+		res.ProbeBuffered.P50, res.ProbeBuffered.P99, res.Probe.P50, res.Probe.P99, res.LoadAvg[0]))
 	return res, nil
 }
 
@@ -485,15 +607,18 @@ func (r *Report) writeFair(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nFair queue, due tasks in many groups or one (idle: no worker polls; probe: a new group's task during the drain)")
-	p("run\ttasks\tgroups\tidle serve\tidle pg\tidle redis\ttasks/s\tfirst start ms\tprobe p50\tprobe p99\tload1\t\n")
+	fmt.Fprintln(w, "\nFair queue, due tasks in many groups or one (settle: serve's start until the dispatcher and the fold are quiet, CPU-s;"+
+		" idle: steady after it, cores; no worker polls in either; drain wait: workers' start → a task's start; probe: a new group's task during the drain, → buffered and → start)")
+	p("run\ttasks\tgroups\tsettle s\tserve s\tpg s\tredis s\tidle serve\tidle pg\tidle redis\ttasks/s\twait p50\twait p99\tbuffered p50\tp99\tprobe p50\tprobe p99\tload1\t\n")
 	for _, s := range r.FairSpread {
 		if s.Error != "" {
 			p("%d\t%d\t%d\tfailed: %s\t\n", s.Run, s.Tasks, s.Groups, s.Error)
 			continue
 		}
-		p("%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups, s.IdleServeCores,
-			s.IdlePostgresCores, s.IdleRedisCores, s.Throughput, s.StartToFirstStartMs, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])
+		p("%d\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups,
+			s.SettleSeconds, s.SettleServeSeconds, s.SettlePostgresSeconds, s.SettleRedisSeconds, s.IdleServeCores,
+			s.IdlePostgresCores, s.IdleRedisCores, s.Throughput, s.DrainWait.P50, s.DrainWait.P99,
+			s.ProbeBuffered.P50, s.ProbeBuffered.P99, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])
 	}
 	if err := tw.Flush(); err != nil {
 		return err

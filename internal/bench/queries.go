@@ -158,5 +158,19 @@ SELECT (SELECT count(*) FROM all_attempts a JOIN all_tasks t ON t.id = a.task_id
 	WHERE a.queue = $2 AND t.group_key = $3 AND a.started_at > g.stored AND a.started_at <= g.last)::float8
 FROM g`
 
+// fairSettling is what the spread part waits on before its idle window: the count
+// deltas not folded yet, and queue $1's buffered tasks.
+const fairSettling = `SELECT (SELECT count(*) FROM queue_tally_delta) + (SELECT count(*) FROM group_tally_delta),
+	(SELECT count(*) FROM tasks WHERE queue = $1 AND status = 'claimed')`
+
+// fairBufferedLatencies: per task of $1 that was buffered, enqueue → buffered, in ms.
+const fairBufferedLatencies = `SELECT extract(epoch FROM dispatched_at - created_at)::float8 * 1000
+FROM all_tasks WHERE id = ANY($1::text[]::uuid[]) AND dispatched_at IS NOT NULL`
+
+// fairDrainWaits: per first attempt of queue $1's tasks but $3, from $2 (the
+// workers' start) to its start, in ms.
+const fairDrainWaits = `SELECT extract(epoch FROM started_at - $2::timestamptz)::float8 * 1000
+FROM all_attempts WHERE queue = $1 AND attempt = 1 AND NOT task_id = ANY($3::text[]::uuid[])`
+
 // fairDrainWindow bounds queue $1's succeeded attempts and counts them.
 const fairDrainWindow = `SELECT count(*), min(started_at), max(finished_at) FROM all_attempts WHERE queue = $1 AND status = 'succeeded'`
