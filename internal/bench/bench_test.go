@@ -436,7 +436,7 @@ func TestClassifyPostgres(t *testing.T) {
 	for title, want := range map[string]string{
 		"postgres: 15/main: postgres tf_bench_abc 127.0.0.1(5555) idle":  cpuPGBench,
 		"postgres: 15/main: postgres tf_bench_abcd 127.0.0.1(5555) idle": cpuPGOther,
-		"postgres: 15/main: autovacuum worker tf_bench_abc":              cpuPGBench,
+		"postgres: 15/main: autovacuum worker tf_bench_abc":              cpuPGAutovac,
 		"postgres: 15/main: walwriter ":                                  cpuPGBackgr,
 		"postgres: 15/main: checkpointer ":                               cpuPGBackgr,
 		"/usr/lib/postgresql/15/bin/postgres -D /var/lib/postgresql/15":  cpuPGBackgr,

@@ -22,6 +22,7 @@ const (
 	cpuWorkers   = "workers"
 	cpuHarness   = "harness"
 	cpuPGBench   = "postgres_db"
+	cpuPGAutovac = "postgres_autovacuum" // autovacuum workers in the step's database
 	cpuPGBackgr  = "postgres_background"
 	cpuPGOther   = "postgres_other_db"
 	cpuRedis     = "redis"
@@ -245,6 +246,9 @@ func parseProcStat(raw []byte) (procStat, error) {
 // WAL writer, checkpointer...), which works for every database.
 func classifyPostgres(title, dbName string) string {
 	if dbName != "" && strings.Contains(title+" ", " "+dbName+" ") {
+		if strings.Contains(title, "autovacuum worker") {
+			return cpuPGAutovac
+		}
 		return cpuPGBench
 	}
 	for _, bg := range []string{"checkpointer", "background writer", "walwriter", "autovacuum launcher",
@@ -313,7 +317,7 @@ func split(before, after cpuSample, cores int) CPUSplit {
 	}
 	out.MachineBusy = float64(after.machine-min(after.machine, before.machine)) / clockTicks
 	out.Seconds[cpuElsewhere] = max(0, out.MachineBusy-ours)
-	for _, c := range []string{cpuServe, cpuWorkers, cpuHarness, cpuPGBench, cpuPGBackgr, cpuPGOther, cpuRedis} {
+	for _, c := range []string{cpuServe, cpuWorkers, cpuHarness, cpuPGBench, cpuPGAutovac, cpuPGBackgr, cpuPGOther, cpuRedis} {
 		out.Seconds[c] += 0 // every class present, for readers of the JSON
 	}
 	return out
@@ -332,3 +336,7 @@ func loadAvg() [3]float64 {
 	}
 	return out
 }
+
+// postgresCores is the step database's PostgreSQL CPU over the window, in cores:
+// its backends' and its autovacuum workers'.
+func (c CPUSplit) postgresCores() float64 { return c.cores(cpuPGBench) + c.cores(cpuPGAutovac) }

@@ -136,6 +136,10 @@ type FairSpreadResult struct {
 	SettleServeSeconds    float64  `json:"settle_serve_cpu_s"`
 	SettlePostgresSeconds float64  `json:"settle_postgres_cpu_s"`
 	SettleRedisSeconds    float64  `json:"settle_redis_cpu_s"`
+	// SettleAutovacuumSeconds is PostgreSQL's autovacuum in the step's database
+	// (not in SettlePostgresSeconds): it follows the rows the load wrote, and
+	// starts when PostgreSQL's naptime says, in either window.
+	SettleAutovacuumSeconds float64 `json:"settle_autovacuum_cpu_s"`
 	// Buffered is the tasks buffered when settled.
 	Buffered int `json:"buffered"`
 	// IdleCPU is the steady window after settling, still without workers and
@@ -145,6 +149,8 @@ type FairSpreadResult struct {
 	IdleServeCores    float64  `json:"idle_serve_cores"`
 	IdlePostgresCores float64  `json:"idle_postgres_cores"`
 	IdleRedisCores    float64  `json:"idle_redis_cores"`
+	// IdleAutovacuumCores is the autovacuum workers' share (not in IdlePostgresCores).
+	IdleAutovacuumCores float64 `json:"idle_autovacuum_cores"`
 	// Throughput is Tasks / (last finish − first start) of the drain.
 	Throughput float64 `json:"throughput"`
 	// StartToFirstStartMs is from the workers' start (the processes exec'd) to the
@@ -476,6 +482,7 @@ func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSprea
 	res.SettleServeSeconds = res.SettleCPU.Seconds[cpuServe]
 	res.SettlePostgresSeconds = res.SettleCPU.Seconds[cpuPGBench]
 	res.SettleRedisSeconds = res.SettleCPU.Seconds[cpuRedis]
+	res.SettleAutovacuumSeconds = res.SettleCPU.Seconds[cpuPGAutovac]
 	if tracker, err = s.sampler.track(); err != nil {
 		return res, err
 	}
@@ -489,6 +496,7 @@ func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSprea
 	res.IdleServeCores = res.IdleCPU.cores(cpuServe)
 	res.IdlePostgresCores = res.IdleCPU.cores(cpuPGBench)
 	res.IdleRedisCores = res.IdleCPU.cores(cpuRedis)
+	res.IdleAutovacuumCores = res.IdleCPU.cores(cpuPGAutovac)
 
 	var ready time.Time
 	if err := s.pool.QueryRow(ctx, dbNow).Scan(&ready); err != nil {
@@ -543,9 +551,9 @@ func (r *runner) fairSpread(ctx context.Context, run, groups int) (res FairSprea
 		return res, fmt.Errorf("read the drain's waits: %w", err)
 	}
 	res.DrainWait = distOf(wait)
-	r.prog.println(fmt.Sprintf("%s: settling %.1f s, serve %.2f + PostgreSQL %.2f + Redis %.2f CPU-s; then idle serve %.3f + PostgreSQL %.3f + Redis %.3f cores; drain %.0f tasks/s, wait p50 %.0f ms p99 %.0f ms; a new group's task enqueue → buffered p50 %.1f ms p99 %.1f ms, → start p50 %.1f ms p99 %.1f ms (load %.2f)",
-		label, res.SettleSeconds, res.SettleServeSeconds, res.SettlePostgresSeconds, res.SettleRedisSeconds,
-		res.IdleServeCores, res.IdlePostgresCores, res.IdleRedisCores, res.Throughput, res.DrainWait.P50, res.DrainWait.P99,
+	r.prog.println(fmt.Sprintf("%s: settling %.1f s, serve %.2f + PostgreSQL %.2f (autovacuum %.2f) + Redis %.2f CPU-s; then idle serve %.3f + PostgreSQL %.3f (autovacuum %.3f) + Redis %.3f cores; drain %.0f tasks/s, wait p50 %.0f ms p99 %.0f ms; a new group's task enqueue → buffered p50 %.1f ms p99 %.1f ms, → start p50 %.1f ms p99 %.1f ms (load %.2f)",
+		label, res.SettleSeconds, res.SettleServeSeconds, res.SettlePostgresSeconds, res.SettleAutovacuumSeconds, res.SettleRedisSeconds,
+		res.IdleServeCores, res.IdlePostgresCores, res.IdleAutovacuumCores, res.IdleRedisCores, res.Throughput, res.DrainWait.P50, res.DrainWait.P99,
 		res.ProbeBuffered.P50, res.ProbeBuffered.P99, res.Probe.P50, res.Probe.P99, res.LoadAvg[0]))
 	return res, nil
 }
@@ -592,6 +600,20 @@ func (r *Report) writeFair(w io.Writer) error {
 	if len(r.FairBacklog)+len(r.FairSpread)+len(r.FairE1) == 0 {
 		return nil
 	}
+	if err := r.writeFairBacklog(w); err != nil {
+		return err
+	}
+	if err := r.writeFairSpread(w); err != nil {
+		return err
+	}
+	return r.writeFairE1(w)
+}
+
+// writeFairBacklog writes the backlog part's table, if it ran.
+func (r *Report) writeFairBacklog(w io.Writer) error {
+	if len(r.FairBacklog) == 0 {
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	fmt.Fprintln(w, "\nFair queue, a backlog beside small groups (small groups' tasks: tasks.created_at → first start)")
@@ -604,25 +626,39 @@ func (r *Report) writeFair(w io.Writer) error {
 		p("%d\t%d\t%dx%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", b.Run, b.Backlog, b.SmallGroups, b.SmallTasks,
 			b.Receipt.P50, b.Receipt.P99, b.Receipt.Max, b.BigTurns.P50, b.BigTurns.Max, b.Throughput, b.RoundMs, b.LoadAvg[0])
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// writeFairSpread writes the spread part's table, if it ran.
+func (r *Report) writeFairSpread(w io.Writer) error {
+	if len(r.FairSpread) == 0 {
+		return nil
 	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	fmt.Fprintln(w, "\nFair queue, due tasks in many groups or one (settle: serve's start until the dispatcher and the fold are quiet, CPU-s;"+
 		" idle: steady after it, cores; no worker polls in either; drain wait: workers' start → a task's start; probe: a new group's task during the drain, → buffered and → start)")
-	p("run\ttasks\tgroups\tsettle s\tserve s\tpg s\tredis s\tidle serve\tidle pg\tidle redis\ttasks/s\twait p50\twait p99\tbuffered p50\tp99\tprobe p50\tprobe p99\tload1\t\n")
+	p("run\ttasks\tgroups\tsettle s\tserve s\tpg s\tredis s\tautovac s\tidle serve\tidle pg\tidle redis\tidle autovac\ttasks/s\twait p50\twait p99\tbuffered p50\tp99\tprobe p50\tprobe p99\tload1\t\n")
 	for _, s := range r.FairSpread {
 		if s.Error != "" {
 			p("%d\t%d\t%d\tfailed: %s\t\n", s.Run, s.Tasks, s.Groups, s.Error)
 			continue
 		}
-		p("%d\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups,
-			s.SettleSeconds, s.SettleServeSeconds, s.SettlePostgresSeconds, s.SettleRedisSeconds, s.IdleServeCores,
-			s.IdlePostgresCores, s.IdleRedisCores, s.Throughput, s.DrainWait.P50, s.DrainWait.P99,
+		p("%d\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups,
+			s.SettleSeconds, s.SettleServeSeconds, s.SettlePostgresSeconds, s.SettleRedisSeconds, s.SettleAutovacuumSeconds, s.IdleServeCores,
+			s.IdlePostgresCores, s.IdleRedisCores, s.IdleAutovacuumCores, s.Throughput, s.DrainWait.P50, s.DrainWait.P99,
 			s.ProbeBuffered.P50, s.ProbeBuffered.P99, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// writeFairE1 writes the e1 part's table, if it ran.
+func (r *Report) writeFairE1(w io.Writer) error {
+	if len(r.FairE1) == 0 {
+		return nil
 	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 	fmt.Fprintln(w, "\nFair queue with one group against a plain queue, E1's drain, one after the other")
 	p("run\tlayout\tfirst\tplain tasks/s\tfair tasks/s\tfair/plain\tload1\t\n")
 	for _, e := range r.FairE1 {

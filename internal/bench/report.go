@@ -579,7 +579,7 @@ func (r *Report) writeCPU(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\nCPU seconds by process during the measured window (median run; shares of the machine's busy time)")
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	classes := []string{cpuServe, cpuWorkers, cpuPGBench, cpuPGBackgr, cpuRedis, cpuHarness, cpuPGOther, cpuElsewhere}
+	classes := []string{cpuServe, cpuWorkers, cpuPGBench, cpuPGAutovac, cpuPGBackgr, cpuRedis, cpuHarness, cpuPGOther, cpuElsewhere}
 	fmt.Fprintf(tw, "step\twindow s\t%s\tbusy/cores\tcpu ms/task\t\n", strings.Join(classes, "\t"))
 	for _, rw := range rows {
 		fmt.Fprintf(tw, "%s\t%.1f\t", rw.name, rw.cpu.WindowSeconds)

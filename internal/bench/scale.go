@@ -154,7 +154,7 @@ func (r *runner) scaleQueues(ctx context.Context, run, n int) (res ScaleQueuesRe
 		return res, fmt.Errorf("serve exited during the idle window (%v); its log ends:\n%s", s.serve.err, s.serve.logTail(15))
 	}
 	res.ServeCores = res.IdleCPU.cores(cpuServe)
-	res.PostgresCores = res.IdleCPU.cores(cpuPGBench)
+	res.PostgresCores = res.IdleCPU.postgresCores()
 	res.PostgresBackgroundCores = res.IdleCPU.cores(cpuPGBackgr)
 
 	receipt, rtts, err := r.probeLatency(ctx, s, fmt.Sprintf("%s-%06d", name, 0), c.LatencySamples, label)
@@ -357,7 +357,7 @@ func (r *runner) scaleRows(ctx context.Context, run, m int) (res ScaleRowsResult
 	}
 	res.Metrics, res.WindowCPU = distOf(scrapes), cpu
 	res.ServeCores = res.WindowCPU.cores(cpuServe)
-	res.PostgresCores = res.WindowCPU.cores(cpuPGBench)
+	res.PostgresCores = res.WindowCPU.postgresCores()
 	res.PostgresBackgroundCores = res.WindowCPU.cores(cpuPGBackgr)
 
 	// Enough feed refreshes: Samples after the first (which ran with the stats).
