@@ -213,11 +213,12 @@ func (r *runner) fair(ctx context.Context, run int) error {
 // Settling: the spread part's steady idle window starts once the load's one-off
 // work is done. The step is settled when, at fairQuietPolls polls fairQuietEvery
 // apart in a row, the fold had no delta left and the queue's buffered count had
-// not moved; it fails after fairSettleMax.
+// not moved: longer than the dispatcher's sweep (5 s), which is what tops up a
+// queue that no wake-up names; it fails after fairSettleMax.
 const (
-	fairQuietEvery = 500 * time.Millisecond
-	fairQuietPolls = 4
-	fairSettleMax  = 5 * time.Minute
+	fairQuietEvery = time.Second
+	fairQuietPolls = 8
+	fairSettleMax  = 8 * time.Minute
 )
 
 // waitFairQuiet waits until queue's step is settled (above) and returns its
