@@ -546,3 +546,54 @@ func TestFairEnqueueBuffersAnIdleGroupAtOnce(t *testing.T) {
 		t.Fatalf("poll with no dispatch yet got %v, want one of B's tasks", groupsOf(got))
 	}
 }
+
+// TestFairDispatchBuffersEveryIdleHeadWithoutWaitingForSweeps: with more groups of
+// due work than a pass's looks list, a pass that buffered heads of groups holding
+// nothing wakes the queue again, so every head goes in pass after pass, not one
+// look per sweep (with 100,000 groups: over 8 minutes). Sweeps and ticks are an hour
+// apart here, so only those wake-ups can finish the job.
+func TestFairDispatchBuffersEveryIdleHeadWithoutWaitingForSweeps(t *testing.T) {
+	t.Parallel()
+	const target, groups = 10, 95 // a pass looks at most 4 × 10 groups
+	r := newFairRig(t, storage.Queue{}, 1, target)
+	for g := range groups {
+		r.enqueue(ptr(fmt.Sprintf("g%03d", g)), 5, 2)
+	}
+	buf := buffer.New(r.rdb, r.prefix).WithClock(r.clock.Now)
+	wakes := dispatcher.NewWakes()
+	lc := lifecycle.New(r.store, buf, wakes, lifecycle.Config{BufferTarget: target}, quiet)
+	passes := make(chan dispatcher.Pass, 100)
+	d := dispatcher.New(r.store, buf, lc, wakes, dispatcher.Config{BufferTarget: target, GroupWindow: target,
+		Interval: time.Hour, SweepInterval: time.Hour, RepairInterval: time.Hour, NoListen: true,
+		OnPass: func(p dispatcher.Pass) { passes <- p }}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	count := 0
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case p := <-passes:
+			if p.Err != nil {
+				t.Fatalf("pass failed: %v", p.Err)
+			}
+			count++
+		case <-timeout:
+			_, withWork, _ := buf.FairSize(ctx, "fq")
+			t.Fatalf("%d of %d groups' heads buffered after %d passes; no pass came for the rest", withWork, groups, count)
+		}
+		_, withWork, err := buf.FairSize(ctx, "fq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withWork == groups {
+			return
+		}
+	}
+}
