@@ -38,3 +38,6 @@ func StatementFile(name string) string {
 
 // AckPlainTasks is the plain ack's statement, for TestPlainLeaseTokens.
 var AckPlainTasks = ackPlainTasks
+
+// ListBufferedStatement is the repair pass's page, for the plan tests.
+var ListBufferedStatement = listBuffered

@@ -214,3 +214,51 @@ func queueWithRows(t *testing.T, stmts ...string) (*storage.Store, *pgxpool.Pool
 	}
 	return store, pool
 }
+
+// TestRepairPageStartsAtItsCursor: the repair pass's page of buffered tasks, in the
+// generic plan pgx's cached statement gets, starts its scan of tasks_buffered_idx at
+// the cursor (the keyset is an index condition), so a page deep into 20,000 buffered
+// tasks reads one page of them, not every task before the cursor; and the pages
+// still go through every buffered task once, in order.
+func TestRepairPageStartsAtItsCursor(t *testing.T) {
+	store, pool := queueWithRows(t,
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries, dispatched_at)
+			SELECT gen_random_uuid(), 'q', '{}', 5, 'claimed', now(), 3,
+				now() - interval '1 hour' + g * interval '1 millisecond'
+			FROM generate_series(1, 20000) AS g`,
+		`VACUUM ANALYZE tasks`)
+	text := genericPlans(t, pool)("list buffered", storage.ListBufferedStatement)
+	cond := ""
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, "Index Cond") {
+			cond += line
+		}
+	}
+	if !strings.Contains(text, "tasks_buffered_idx") || !strings.Contains(cond, "ROW(dispatched_at, id) >") {
+		t.Errorf("the repair page's generic plan does not start tasks_buffered_idx's scan at its cursor:\n%s", text)
+	}
+	ctx := context.Background()
+	var cursor *storage.BufferedCursor
+	seen, pages := map[uuid.UUID]bool{}, 0
+	var last storage.BufferedTask
+	for {
+		page, err := store.ListBuffered(ctx, cursor, 0, 3000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bt := range page {
+			if seen[bt.ID] || (len(seen) > 0 && !bt.DispatchedAt.After(last.DispatchedAt)) {
+				t.Fatalf("page %d: task %s again or out of order", pages, bt.ID)
+			}
+			seen[bt.ID], last = true, bt
+		}
+		pages++
+		if len(page) < 3000 {
+			break
+		}
+		cursor = &storage.BufferedCursor{DispatchedAt: last.DispatchedAt, ID: last.ID}
+	}
+	if len(seen) != 20000 || pages != 7 {
+		t.Fatalf("%d tasks in %d pages, want 20000 in 7", len(seen), pages)
+	}
+}
