@@ -114,15 +114,31 @@ func (s *Store) ListBuffered(ctx context.Context, after *BufferedCursor, minAge 
 	if after != nil {
 		at, id = &after.DispatchedAt, &after.ID
 	}
-	rows, err := s.pool.Query(ctx, listBuffered, at, id, ms(minAge), limit, s.now())
-	if err != nil {
-		return nil, fmt.Errorf("list buffered tasks: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[BufferedTask])
+	var out []BufferedTask
+	err := s.inOrderedScan(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, listBuffered, at, id, ms(minAge), limit, s.now())
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowToStructByName[BufferedTask])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list buffered tasks: %w", err)
 	}
 	return out, nil
+}
+
+// inOrderedScan runs f in a read-only transaction with sorts off (ordered_scan_only),
+// as ListBuffered reads its page: in tasks_buffered_idx's order from the cursor on,
+// whatever the statistics say.
+func (s *Store) inOrderedScan(ctx context.Context, f func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, orderedScanOnly); err != nil {
+			return err
+		}
+		return f(tx)
+	})
 }
 
 // ExecutingInCappedQueues returns, for every queue with a concurrency cap, the ids of

@@ -1,5 +1,12 @@
 package storage
 
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // EnqueueTasks is the enqueue's statement, for the plan tests.
 var EnqueueTasks = enqueueTasks
 
@@ -41,3 +48,18 @@ var AckPlainTasks = ackPlainTasks
 
 // ListBufferedStatement is the repair pass's page, for the plan tests.
 var ListBufferedStatement = listBuffered
+
+// ExplainListBuffered is the plan of ListBuffered's page from the start, planned as
+// ListBuffered plans it.
+func (s *Store) ExplainListBuffered(ctx context.Context) (string, error) {
+	var lines []string
+	err := s.inOrderedScan(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "EXPLAIN "+listBuffered, nil, nil, 0.0, 4000, nil)
+		if err != nil {
+			return err
+		}
+		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return strings.Join(lines, "\n"), err
+}

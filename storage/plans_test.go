@@ -262,3 +262,23 @@ func TestRepairPageStartsAtItsCursor(t *testing.T) {
 		t.Fatalf("%d tasks in %d pages, want 20000 in 7", len(seen), pages)
 	}
 }
+
+// TestRepairPageKeepsItsIndexOnStaleStatistics: statistics taken while 20,000 tasks
+// were pending, then all of them buffered (a dispatch of 100,000 groups' heads, before
+// autoanalyze): the planner believes few tasks are claimed, and for the repair page
+// chose tasks_claimed_idx and a sort of every buffered task. As ListBuffered plans
+// it, the page reads tasks_buffered_idx in order and sorts nothing.
+func TestRepairPageKeepsItsIndexOnStaleStatistics(t *testing.T) {
+	store, _ := queueWithRows(t,
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
+			SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, 20000)`,
+		`VACUUM ANALYZE tasks`,
+		`UPDATE tasks SET status = 'claimed', dispatched_at = now() - interval '1 minute'`)
+	text, err := store.ExplainListBuffered(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(text, "Sort") || !strings.Contains(text, "tasks_buffered_idx") {
+		t.Errorf("the repair page, on statistics from before the dispatch, does not read tasks_buffered_idx in order:\n%s", text)
+	}
+}

@@ -146,6 +146,7 @@ var (
 	queuesNamed              = mustLoad("queues_named")
 	queuesChangedSince       = mustLoad("queues_changed_since")
 	listBuffered             = mustLoad("list_buffered")
+	orderedScanOnly          = mustLoad("ordered_scan_only")
 	executingInCappedQueues  = mustLoad("executing_in_capped_queues")
 	claimTasks               = mustLoad("claim_tasks")
 	heartbeatTask            = mustLoad("heartbeat_task")

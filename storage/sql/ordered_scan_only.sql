@@ -1,0 +1,12 @@
+-- name: ordered_scan_only
+-- ordered_scan_only turns explicit sorts off for the rest of the transaction, so a
+-- statement with ORDER BY ... LIMIT reads the index that gives its order rather than
+-- another index of the same rows and a sort of all of them. The repair pass's page
+-- (list_buffered) needs it: right after a dispatch moved 100,000 heads to 'claimed',
+-- statistics taken before it say few tasks are claimed, and the planner read all
+-- 100,000 through tasks_claimed_idx and sorted them on every page (87-106 ms a page
+-- until autoanalyze caught up) instead of one page of tasks_buffered_idx.
+--
+-- Parameters: none.
+-- Returns: set_config (the new value; ignored).
+SELECT set_config('enable_sort', 'off', true)
