@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskforge/taskforge/internal/testenv"
 	"github.com/taskforge/taskforge/storage"
@@ -154,5 +155,35 @@ func TestAckPlainRefs(t *testing.T) {
 	}
 	if other, _, err := s.GetTask(ctx, "q", claimed[1].ID); err != nil || other.Status != storage.StatusExecuting {
 		t.Errorf("the task acked with a stale token is %s (%v), want still executing", other.Status, err)
+	}
+}
+
+// TestHotPathTriggersCallNoSQLFunctionInWhen: PostgreSQL compiles a trigger's WHEN
+// in every statement that may fire it, and inlining a SQL-language function there
+// parses and analyses its body each time: a claim and an ack paid for
+// group_tally_written_inline() so until migration 0031. No trigger of the tables a
+// task's path writes calls a SQL function in its WHEN.
+func TestHotPathTriggersCallNoSQLFunctionInWhen(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	rows, err := s.Pool().Query(context.Background(), `SELECT t.tgrelid::regclass::text || '.' || t.tgname || ' calls ' || p.proname
+		FROM pg_trigger t
+		JOIN pg_class c ON c.oid = t.tgrelid
+		JOIN pg_proc p ON p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'sql')
+			AND p.pronamespace = 'public'::regnamespace
+		WHERE t.tgqual IS NOT NULL
+			AND (c.relname IN ('tasks', 'attempts', 'queue_tally_delta', 'group_tally_delta')
+				OR c.relname LIKE 'task\_history%' OR c.relname LIKE 'attempt\_history%')
+			AND pg_get_triggerdef(t.oid) ~ ('\m' || p.proname || '\(')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("trigger %s in its WHEN", f)
 	}
 }
