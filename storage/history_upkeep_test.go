@@ -93,11 +93,7 @@ func upkeepBesideAMove(t *testing.T, order [2]string) {
 	defer cancel()
 	pool, store := upkeepStore(t)
 	noon := upkeepDay.Add(12 * time.Hour)
-	for _, q := range []string{insertHistoryTask, insertHistoryAttempt} {
-		if _, err := pool.Exec(ctx, q, noon); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedDefaultDay(ctx, t, pool, noon)
 
 	move, err := pool.Begin(ctx)
 	if err != nil {
@@ -141,11 +137,7 @@ func TestHistoryUpkeepOfTwoReplicasAtOnce(t *testing.T) {
 	defer cancel()
 	pool, store := upkeepStore(t)
 	noon := upkeepDay.Add(12 * time.Hour)
-	for _, q := range []string{insertHistoryTask, insertHistoryAttempt} {
-		if _, err := pool.Exec(ctx, q, noon); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedDefaultDay(ctx, t, pool, noon)
 	// Hold the upkeep's lock so that both start before either runs.
 	gate, err := pool.Acquire(ctx)
 	if err != nil {
@@ -183,4 +175,15 @@ func TestHistoryUpkeepOfTwoReplicasAtOnce(t *testing.T) {
 		t.Errorf("the two upkeeps created %d partitions, want the day's 6", created)
 	}
 	wantDayMoved(t, pool, 1, 1)
+}
+
+// seedDefaultDay writes one finished task and its attempt at, a time of a day with
+// no partitions, so that both land in history's default partitions.
+func seedDefaultDay(ctx context.Context, t *testing.T, pool *pgxpool.Pool, at time.Time) {
+	t.Helper()
+	for _, q := range []string{insertHistoryTask, insertHistoryAttempt} {
+		if _, err := pool.Exec(ctx, q, at); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
