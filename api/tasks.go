@@ -5,6 +5,7 @@ import (
 
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -222,11 +223,7 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 	}
 	if minimal {
 		minimalApplied(c)
-		refs := make([]wire.TaskRef, len(out))
-		for i, e := range out {
-			refs[i] = wire.TaskRef{ID: e.Task.ID.String()}
-		}
-		c.JSON(http.StatusCreated, wire.EnqueueBatchMinimalResponse{Tasks: refs})
+		c.Data(http.StatusCreated, "application/json; charset=utf-8", minimalBatchBody(out))
 		return
 	}
 	views := make([]wire.Task, len(out))
@@ -234,6 +231,29 @@ func (s *Server) enqueueBatch(c *gin.Context) {
 		views[i] = view.Task(e.Task)
 	}
 	c.JSON(http.StatusCreated, gin.H{"tasks": views})
+}
+
+// minimalBatchBody is the JSON of wire.EnqueueBatchMinimalResponse holding out's
+// ids, byte for byte what encoding/json writes (TestMinimalBatchBody), written
+// directly: a UUID's text needs no escaping, and encoding 1,000 refs by reflection
+// was a fourteenth of serve's CPU in a preload.
+func minimalBatchBody(out []storage.Enqueued) []byte {
+	const ref = len(`{"id":""},`) + 36
+	b := make([]byte, 0, len(`{"tasks":[]}`)+len(out)*ref)
+	b = append(b, `{"tasks":[`...)
+	for i := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":"`...)
+		id := out[i].Task.ID // its canonical text, as uuid.UUID.String writes it
+		b = hex.AppendEncode(b, id[0:4])
+		for _, part := range [][]byte{id[4:6], id[6:8], id[8:10], id[10:16]} {
+			b = hex.AppendEncode(append(b, '-'), part)
+		}
+		b = append(b, `"}`...)
+	}
+	return append(b, `]}`...)
 }
 
 // insert enqueues tasks through the lifecycle, under a span that joins the

@@ -135,11 +135,11 @@ func TestEnqueueRefsStoreTheWholeTask(t *testing.T) {
 	ctx := context.Background()
 	store := newStore(t) // queue "q", 3 retries
 	later := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
-	zero, thirty, key := 0, 30, "k"
+	zero, thirty, key, group := 0, 30, "k", "tenant"
 	traceparent := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	plain := storage.NewTask{ID: uuid.New(), Payload: json.RawMessage(`{"n":1}`), Priority: 5}
 	mixed := []storage.NewTask{
-		{ID: uuid.New(), Payload: json.RawMessage(`{"n":2}`), Priority: 2, MaxRetries: &zero, TimeoutSeconds: &thirty},
+		{ID: uuid.New(), Payload: json.RawMessage(`{"n":2}`), Priority: 2, MaxRetries: &zero, TimeoutSeconds: &thirty, Group: &group},
 		{ID: uuid.New(), Payload: json.RawMessage(`{"n":3}`), Priority: 7, ScheduledAt: &later},
 		{ID: uuid.New(), Payload: json.RawMessage(`{"n":4}`), Priority: 5, IdempotencyKey: &key, Fingerprint: []byte("fp")},
 	}
@@ -173,7 +173,9 @@ func TestEnqueueRefsStoreTheWholeTask(t *testing.T) {
 		w := wants[i]
 		ref := e.Task
 		if !e.Created || ref.Queue != "q" || ref.Status != stored.Status || ref.Priority != stored.Priority ||
-			!ref.ScheduledAt.Equal(stored.ScheduledAt) || ref.Traceparent == nil || *ref.Traceparent != traceparent {
+			!ref.ScheduledAt.Equal(stored.ScheduledAt) || ref.Traceparent == nil || *ref.Traceparent != traceparent ||
+			(ref.Group == nil) != (stored.Group == nil) || (ref.Group != nil && *ref.Group != *stored.Group) ||
+			(i == 1) != (ref.Group != nil) {
 			t.Errorf("task %d: ref %+v does not match the stored task %+v", i, ref, stored)
 		}
 		if stored.Status != w.status || stored.MaxRetries != w.maxRetries ||

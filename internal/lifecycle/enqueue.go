@@ -39,7 +39,8 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 	}
 	pending := false
 	var buffered []storage.Buffered
-	for _, e := range out {
+	for i := range out {
+		e := &out[i] // not a copy: a Task is some 400 bytes, and a batch holds 1,000
 		if e.Replaced {
 			// A debounce replaced a waiting task: it stays pending, due at a new time.
 			pending = true
@@ -48,7 +49,7 @@ func (l *Lifecycle) Enqueue(ctx context.Context, queue string, tasks []storage.N
 		if !e.Created {
 			continue
 		}
-		t := e.Task
+		t := &e.Task
 		l.tel.Transition(telemetry.Transition{TaskID: t.ID, Queue: t.Queue, To: storage.StatusPending})
 		if t.Status != storage.StatusBuffered {
 			pending = true
