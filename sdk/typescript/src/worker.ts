@@ -12,6 +12,7 @@ import {
   isErrorCode,
   messageOf,
 } from "./errors.js";
+import { MAX_POLLS_IN_FLIGHT, MAX_POLL_TASKS, PollRoom } from "./room.js";
 import { Backoff, heartbeatInterval, isTimeout, sleep, withTimeout } from "./timers.js";
 import type { AckItem, PollResult, PolledTask } from "./types.js";
 
@@ -66,10 +67,6 @@ export interface WorkerOptions {
   logger?: Logger;
 }
 
-/** The most tasks one poll may claim or one batch may ack. */
-const MAX_POLL_TASKS = 100;
-/** Bounds the adapted prefetch room together with the slots: two full polls. */
-const AUTO_PREFETCH_MAX = 2 * MAX_POLL_TASKS;
 /** How long Run keeps trying to report tasks after the grace period, in ms. */
 const FINAL_REPORT_MS = 5_000;
 /** How long past its estimated expiry a lease is still assumed held, in ms. */
@@ -306,32 +303,17 @@ class Run {
   #stopping = false;
   /** A handler returning while the poller is idle leaves its ack to the poll its freed slot sets off. */
   #pollerIdle = false;
-  /** A poll carrying acks is out: it answers without waiting, so the next poll follows at once. */
-  #ackPollOut = false;
-  /** A poll is out: an ack waits for the next one, up to POLL_ACK_HOLD_MS (#holdTimer) unless #ackPollOut. */
-  #pollOut = false;
-  /**
-   * The last poll answered brought fewer tasks than it asked for: the queue ran dry,
-   * so a poll out without acks is likely waiting for work and an ack goes at once.
-   */
-  #lastShort = false;
+  /** Polls carrying acks are out: they answer without waiting, so the next poll follows at once. */
+  #ackPollsOut = 0;
+  /** What the next poll asks for, how many are out, and the prefetch room. */
+  readonly #room: PollRoom;
+  /** Answers of polls out, not yet taken in by the poller. */
+  #answers: Polled[] = [];
   /** The server refused prefetch_tasks (older than the field): free slots and prefetch room go in separate polls. */
   #oldServer = false;
   #holdTimer: ReturnType<typeof setTimeout> | undefined;
   #pollerGone = false;
   #pollAcks: Held[] = [];
-  /** Moving average of handler durations (ms); 0 until one returned. */
-  #avgRun = 0;
-  /** The prefetch room adapts (the default prefetch): from prefetch up to AUTO_PREFETCH_MAX less the slots. */
-  readonly #autoPrefetch: boolean;
-  /**
-   * The prefetch room the next poll may fill. Adapting, it doubles when a full poll
-   * comes back after the slots ran dry while the queue had work (#starved), shrinks
-   * by a quarter when one comes back with tasks still waiting, and falls back to
-   * prefetch when one comes back short (the queue ran dry).
-   */
-  #prefetchNow: number;
-  #starved = false;
   #ackQueue: Held[] = [];
   #ackSending = false;
   /** Wakes the poller when a slot frees (a one-element buffer, as a channel would be). */
@@ -343,83 +325,51 @@ class Run {
   constructor(c: Client, o: Required<Omit<WorkerOptions, "logger">> & { logger: Logger }, handlers: Map<string, Handler>, autoPrefetch: boolean) {
     this.#c = c;
     this.#o = o;
-    this.#autoPrefetch = autoPrefetch && o.prefetch > 0;
-    this.#prefetchNow = o.prefetch;
+    this.#room = new PollRoom(o.concurrency, o.prefetch, o.prefetchBelowMs, autoPrefetch);
     this.#handlers = handlers;
     this.#queues = [...handlers.keys()];
   }
 
+  /**
+   * The poller: it long-polls for as many tasks as the room allows, carrying the
+   * acks left to it, and takes in what the polls claim, until stop aborts or the
+   * server refuses the poll itself. Up to MAX_POLLS_IN_FLIGHT polls are out at
+   * once; when it stops, it waits for those to be answered (an aborted poll fails
+   * at once), then shuts down.
+   */
   async run(stop: AbortSignal): Promise<void> {
     const b = new Backoff(this.#o.retryMinMs, this.#o.retryMaxMs);
     let fatal: unknown;
-    while (!stop.aborted) {
-      const { free, prefetch, acks } = this.#nextPoll();
-      if (free + prefetch <= 0) {
-        this.#ackAlone(acks);
-        await this.#slotFreedOr(stop);
+    // halt aborts with stop, or when the server refused the poll itself: the polls
+    // out are abandoned either way.
+    const halt = new AbortController();
+    const onStop = () => halt.abort(stop.reason);
+    if (stop.aborted) onStop();
+    else stop.addEventListener("abort", onStop, { once: true });
+    for (;;) {
+      const a = this.#answers.shift();
+      if (a !== undefined) {
+        const f = await this.#settle(a, b, halt.signal);
+        if (fatal === undefined && f !== undefined) {
+          fatal = f;
+          halt.abort(f);
+        }
         continue;
       }
-      const sent = Date.now();
-      // Free slots and prefetch room in one poll; against a server older than
-      // prefetch_tasks, the free slots while there are any, else the prefetch room.
-      let asked = free + prefetch;
-      let shape: { prefetch?: boolean; prefetch_tasks?: number } = prefetch > 0 ? { prefetch_tasks: prefetch } : {};
-      if (this.#oldServer) {
-        asked = free > 0 ? free : prefetch;
-        shape = free > 0 ? {} : { prefetch: true };
-      }
-      this.#ackPollOut = acks.length > 0;
-      this.#pollOut = true;
-      const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
-      let res: PollResult | undefined;
-      let date: number | undefined;
-      let err: unknown;
-      try {
-        const a = await this.#c.pollAnswer({
-          worker_id: this.#o.id, queues: this.#queues, max_tasks: asked, wait_ms: this.#o.pollWaitMs,
-          ...shape, ...(acks.length ? { acks: ackItems(acks) } : {}),
-        }, { signal: t.signal });
-        res = a.body;
-        date = a.date;
-      } catch (e) {
-        err = e;
-      } finally {
-        t.dispose();
-        this.#ackPollOut = false;
-        this.#pollOut = false;
-      }
-      const recv = Date.now();
-      this.#settlePollAcks(acks, res);
-      if (!res) {
-        if (stop.aborted) break;
-        if (shape.prefetch_tasks !== undefined && isErrorCode(err, "invalid_request") && !this.#oldServer) {
-          // A server older than prefetch_tasks refuses the field (and acked nothing).
-          this.#oldServer = true;
-          this.#o.logger.warn("the server refused a poll with prefetch_tasks; polling as for an older server", { err: messageOf(err) });
-          continue;
-        }
-        if (isErrorCode(err, "invalid_request") || isErrorCode(err, "not_found") || isErrorCode(err, "method_not_allowed")) {
-          fatal = new Error(`taskforge worker ${this.#o.id}: ${messageOf(err)}`, { cause: err });
-          break;
-        }
-        const d = b.next();
-        this.#o.logger.warn("poll failed; retrying", { in_ms: Math.round(d), err: messageOf(err) });
-        this.#flushPollAcks();
-        await sleep(d, stop);
+      if (halt.signal.aborted) {
+        if (this.#room.inFlight === 0) break;
+        await this.#woken(undefined);
         continue;
       }
-      b.reset();
-      this.#adaptPrefetch((res.tasks?.length ?? 0) < asked);
-      this.#lastShort = (res.tasks?.length ?? 0) < asked;
-      for (const task of res.tasks ?? []) this.#start(task, recv, date);
-      const retryAfterMs = res.retry_after_ms ?? 0;
-      if ((res.tasks?.length ?? 0) === 0 && retryAfterMs > 0 && Date.now() - sent < this.#o.pollWaitMs / 2) {
-        // A rate limit holds the work back and the server answered early: wait for
-        // the next token rather than ask again at once.
-        this.#flushPollAcks();
-        await sleep(Math.min(retryAfterMs, this.#o.pollWaitMs), stop);
+      const p = this.#planPoll();
+      if (p.go) {
+        this.#sendPoll(p.free, p.prefetch, p.acks, halt.signal);
+        continue;
       }
+      this.#ackAlone(p.acks);
+      await this.#woken(halt.signal);
     }
+    stop.removeEventListener("abort", onStop);
     this.#pollerGone = true;
     this.#flushPollAcks();
     await this.#shutdown();
@@ -427,52 +377,129 @@ class Run {
   }
 
   /**
-   * What the next poll asks for: the free slots, and while handlers run short the
-   * room left for prefetched tasks (at most 100 in all, free slots first); and the
-   * acks it carries. Tasks whose handler returned but whose report is on its way
+   * The next poll (go) and the acks it carries; or, when no poll goes now, the acks
+   * to send alone, if any (others stay held for the next poll, within
+   * POLL_ACK_HOLD_MS). Tasks whose handler returned but whose report is on its way
    * hold no slot.
    */
-  #nextPoll(): { free: number; prefetch: number; acks: Held[] } {
-    let free = Math.max(this.#o.concurrency - this.#running - this.#waiting.length, 0);
-    let prefetch = 0;
-    if (this.#o.prefetch > 0 && this.#avgRun > 0 && this.#avgRun < this.#o.prefetchBelowMs) {
-      // Waiting tasks beyond the slots they will fill are prefetched ones.
-      const beyond = Math.max(this.#waiting.length + this.#running - this.#o.concurrency, 0);
-      prefetch = Math.max(this.#prefetchNow - beyond, 0);
+  #planPoll(): { go: boolean; free: number; prefetch: number; acks: Held[] } {
+    const p = this.#room.plan(this.#running, this.#waiting.length);
+    this.#pollerIdle = !p.go && this.#room.inFlight === 0 && !this.#room.deferred;
+    if (p.go || p.acksAlone) {
+      this.#stopHold();
+      const acks = this.#pollAcks;
+      this.#pollAcks = [];
+      return { go: p.go, free: p.free, prefetch: p.prefetch, acks };
     }
-    free = Math.min(free, MAX_POLL_TASKS);
-    prefetch = Math.min(prefetch, MAX_POLL_TASKS - free);
-    this.#pollerIdle = free + prefetch <= 0;
-    this.#stopHold();
-    const acks = this.#pollAcks;
-    this.#pollAcks = [];
-    return { free, prefetch, acks };
+    if (this.#pollAcks.length > 0 && this.#holdTimer === undefined) this.#holdTimer = setTimeout(() => this.#holdEnded(), POLL_ACK_HOLD_MS);
+    return { go: false, free: 0, prefetch: 0, acks: [] };
   }
 
-  /** Adapts the prefetch room to a poll's answer (see #prefetchNow), when it adapts at all. */
-  #adaptPrefetch(short: boolean): void {
-    if (!this.#autoPrefetch) return;
-    if (short) this.#prefetchNow = this.#o.prefetch;
-    else if (this.#starved) this.#prefetchNow = Math.min(this.#prefetchNow * 2, Math.max(AUTO_PREFETCH_MAX - this.#o.concurrency, this.#o.prefetch));
-    else if (this.#waiting.length > 0) this.#prefetchNow = Math.max(this.#prefetchNow - Math.floor(this.#prefetchNow / 4), this.#o.prefetch);
-    this.#starved = false;
+  /**
+   * Sends a poll for the free slots and the prefetch room (against a server older
+   * than prefetch_tasks, the free slots while there are any, else the prefetch
+   * room), carrying acks; its answer joins #answers and wakes the poller.
+   */
+  #sendPoll(free: number, prefetch: number, acks: Held[], stop: AbortSignal): void {
+    const want = free + prefetch;
+    let asked = want;
+    let shape: { prefetch?: boolean; prefetch_tasks?: number } = prefetch > 0 ? { prefetch_tasks: prefetch } : {};
+    if (this.#oldServer) {
+      asked = free > 0 ? free : prefetch;
+      shape = free > 0 ? {} : { prefetch: true };
+    }
+    this.#room.sent(want);
+    if (acks.length > 0) this.#ackPollsOut++;
+    const sent = Date.now();
+    const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
+    const answered = (a: Polled) => {
+      t.dispose();
+      if (acks.length > 0) this.#ackPollsOut--;
+      this.#answers.push(a);
+      this.#signalSlot();
+    };
+    this.#c.pollAnswer({
+      worker_id: this.#o.id, queues: this.#queues, max_tasks: asked, wait_ms: this.#o.pollWaitMs,
+      ...shape, ...(acks.length ? { acks: ackItems(acks) } : {}),
+    }, { signal: t.signal }).then(
+      (r) => answered({ want, asked, shape, acks, sent, recv: Date.now(), res: r.body, date: r.date, err: undefined }),
+      (e: unknown) => answered({ want, asked, shape, acks, sent, recv: Date.now(), res: undefined, date: undefined, err: e }),
+    );
   }
 
-  /** Resolves when a slot frees (or already has since the last wait), or stop aborts. */
-  #slotFreedOr(stop: AbortSignal): Promise<void> {
-    if (this.#slotSignalled || stop.aborted) {
+  /**
+   * Takes in a poll's answer: the acks it carried are settled, what it claimed
+   * starts or waits for a slot. Returns the error when the server refused the poll
+   * itself; a failure the worker can retry is waited out (backoff b), as is a rate
+   * limit's hold.
+   */
+  async #settle(a: Polled, b: Backoff, stop: AbortSignal): Promise<unknown> {
+    this.#settlePollAcks(a.acks, a.res);
+    const res = a.res;
+    if (!res) {
+      this.#room.failed(a.want);
+      const err = a.err;
+      if (stop.aborted) return undefined;
+      if (a.shape.prefetch_tasks !== undefined && isErrorCode(err, "invalid_request")) {
+        // A server older than prefetch_tasks refuses the field (and acked nothing).
+        if (!this.#oldServer) {
+          this.#oldServer = true;
+          this.#o.logger.warn("the server refused a poll with prefetch_tasks; polling as for an older server", { err: messageOf(err) });
+        }
+        return undefined;
+      }
+      if (isErrorCode(err, "invalid_request") || isErrorCode(err, "not_found") || isErrorCode(err, "method_not_allowed")) {
+        return new Error(`taskforge worker ${this.#o.id}: ${messageOf(err)}`, { cause: err });
+      }
+      const d = b.next();
+      this.#o.logger.warn("poll failed; retrying", { in_ms: Math.round(d), err: messageOf(err) });
+      this.#flushPollAcks();
+      await sleep(d, stop);
+      return undefined;
+    }
+    b.reset();
+    const tasks = res.tasks ?? [];
+    this.#room.answered(a.want, tasks.length < a.asked, this.#waiting.length);
+    for (const task of tasks) this.#start(task, a.recv, a.date);
+    const retryAfterMs = res.retry_after_ms ?? 0;
+    if (tasks.length === 0 && retryAfterMs > 0 && Date.now() - a.sent < this.#o.pollWaitMs / 2) {
+      // A rate limit holds the work back and the server answered early: wait for
+      // the next token rather than ask again at once.
+      this.#flushPollAcks();
+      await sleep(Math.min(retryAfterMs, this.#o.pollWaitMs), stop);
+    }
+    return undefined;
+  }
+
+  /**
+   * The hold of acks ran out. While the poller waits for room worth a poll (and a
+   * second poll may go), the acks go with a poll now, whatever its size; else alone.
+   */
+  #holdEnded(): void {
+    this.#holdTimer = undefined;
+    if (this.#room.deferred && this.#room.inFlight < MAX_POLLS_IN_FLIGHT && !this.#pollerGone) {
+      this.#room.forcePoll = true;
+      this.#signalSlot();
+      return;
+    }
+    this.#flushPollAcks();
+  }
+
+  /** Resolves when a slot frees or a poll is answered (or either already has since the last wait), or stop aborts. */
+  #woken(stop: AbortSignal | undefined): Promise<void> {
+    if (this.#slotSignalled || stop?.aborted) {
       this.#slotSignalled = false;
       return Promise.resolve();
     }
     return new Promise((resolve) => {
       const done = () => {
-        stop.removeEventListener("abort", done);
+        stop?.removeEventListener("abort", done);
         this.#wakePoller = undefined;
         this.#slotSignalled = false;
         resolve();
       };
       this.#wakePoller = done;
-      stop.addEventListener("abort", done, { once: true });
+      stop?.addEventListener("abort", done, { once: true });
     });
   }
 
@@ -544,7 +571,7 @@ class Run {
     this.#startWaiting();
     // A slot idles while the queue has work: the prefetch room did not last until
     // the next poll's answer.
-    if (this.#running < this.#o.concurrency && this.#waiting.length === 0 && !this.#lastShort && !this.#stopping) this.#starved = true;
+    if (this.#running < this.#o.concurrency && this.#waiting.length === 0 && !this.#room.lastShort && !this.#stopping) this.#room.starved = true;
   }
 
   /**
@@ -618,18 +645,18 @@ class Run {
    * returns true, and the poller marks j done.
    */
   #handlerReturned(j: Held, ran: number, ackByPoll: boolean): boolean {
-    if (ran > 0) this.#avgRun = this.#avgRun === 0 ? ran : this.#avgRun + (ran - this.#avgRun) / 5;
+    this.#room.ran(ran);
     let handed = false;
     if (this.#active.has(j) && j.state === "running") {
       j.state = "reporting";
       this.#running--;
-      const pollComing = this.#pollerIdle || (this.#pollOut && (this.#ackPollOut || !this.#lastShort));
+      const pollComing = this.#pollerIdle || ((this.#room.inFlight > 0 || this.#room.deferred) && (this.#ackPollsOut > 0 || !this.#room.lastShort));
       if (ackByPoll && pollComing && !this.#pollerGone && this.#pollAcks.length < MAX_POLL_TASKS) {
         this.#pollAcks.push(j);
         handed = true;
-        if (this.#pollOut && !this.#ackPollOut && this.#holdTimer === undefined) {
-          // The poll out may wait for work: do not hold the ack behind it for long.
-          this.#holdTimer = setTimeout(() => this.#flushPollAcks(), POLL_ACK_HOLD_MS);
+        if (!this.#pollerIdle && this.#ackPollsOut === 0 && this.#holdTimer === undefined) {
+          // The poll out may wait for work, or the poller for room: do not hold the ack for long.
+          this.#holdTimer = setTimeout(() => this.#holdEnded(), POLL_ACK_HOLD_MS);
         }
       }
     }
@@ -888,6 +915,21 @@ class Run {
   #errorJob(j: Held, msg: string, fields: Record<string, unknown>): void {
     this.#o.logger.error(msg, { task_id: j.id, queue: j.task.queue, attempt: j.task.attempt, ...fields });
   }
+}
+
+/** A poll's answer (res), or its failure (err). */
+interface Polled {
+  /** The room the poll was planned for, and the tasks it asked for (less against an older server). */
+  want: number;
+  asked: number;
+  shape: { prefetch?: boolean; prefetch_tasks?: number };
+  /** The tasks whose acks the poll carried. */
+  acks: Held[];
+  sent: number;
+  recv: number;
+  res: PollResult | undefined;
+  date: number | undefined;
+  err: unknown;
 }
 
 function ackItems(jobs: Held[]): AckItem[] {
