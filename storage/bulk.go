@@ -74,8 +74,7 @@ func (s *Store) CancelWaiting(ctx context.Context, queue string, statuses []stri
 			}
 			if len(done) > 0 {
 				var heads int
-				var due bool
-				if err := s.pool.QueryRow(ctx, bulkPruneHeads, queue).Scan(&heads, &due); err != nil {
+				if err := s.pool.QueryRow(ctx, bulkPruneHeads, queue).Scan(&heads); err != nil {
 					return 0, err
 				}
 			}

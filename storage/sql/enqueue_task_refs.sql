@@ -28,11 +28,17 @@ WITH q AS MATERIALIZED (
 	SELECT max_retries, fairness IS NOT NULL AS fair, $13::bool AND NOT paused AND (fairness IS NOT NULL OR NOT EXISTS (
 		SELECT 1 FROM generate_series(1, 10) AS level(priority)
 		CROSS JOIN LATERAL (
-			SELECT 1 FROM tasks
+			(SELECT 1 FROM tasks
 			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
-				AND scheduled_at <= now()
+				AND group_key IS NULL AND scheduled_at <= now()
+			ORDER BY group_key, scheduled_at
+			LIMIT 1)
+			UNION ALL
+			(SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND group_key IS NOT NULL AND scheduled_at <= now()
 			ORDER BY scheduled_at
-			LIMIT 1
+			LIMIT 1)
 		) due
 	)) AS buffered
 	FROM queues WHERE name = $1 FOR KEY SHARE

@@ -8,11 +8,12 @@
 --   - When $13 asks, q also says whether tasks due now may go straight to the buffer:
 --     the queue is not paused and holds no due task the dispatcher has yet to move (in
 --     a fair queue, input asks that of each task's own group instead)
---     (one probe of tasks_dispatch_idx per priority level), so none jumps ahead of
---     older work. The ORDER BY is the index's own order, and keeps the probe on it:
---     without it, once ANALYZE has seen other queues' backlogs, the planner takes
---     LIMIT 1 for cheap on a sequential scan of the whole table (80 ms at 40,000 rows,
---     seconds at 2 million).
+--     (per priority level, one probe of the unnamed group's head in
+--     tasks_group_dispatch_idx and one of the named groups' in tasks_named_dispatch_idx,
+--     migration 0032), so none jumps ahead of older work. Each ORDER BY is its index's
+--     own order, and keeps the probe on it: without it, once ANALYZE has seen other
+--     queues' backlogs, the planner takes LIMIT 1 for cheap on a sequential scan of
+--     the whole table (80 ms at 40,000 rows, seconds at 2 million).
 --   - ins inserts the batch in input order ($12: the schedule that fired them, or
 --     NULL); those without a scheduled_at go in dispatched ('claimed') when q allows,
 --     as the dispatcher would leave them, for the caller to mirror into the buffer.
@@ -51,11 +52,17 @@ WITH q AS MATERIALIZED (
 	SELECT max_retries, fairness IS NOT NULL AS fair, $13::bool AND NOT paused AND (fairness IS NOT NULL OR NOT EXISTS (
 		SELECT 1 FROM generate_series(1, 10) AS level(priority)
 		CROSS JOIN LATERAL (
-			SELECT 1 FROM tasks
+			(SELECT 1 FROM tasks
 			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
-				AND scheduled_at <= now()
+				AND group_key IS NULL AND scheduled_at <= now()
+			ORDER BY group_key, scheduled_at
+			LIMIT 1)
+			UNION ALL
+			(SELECT 1 FROM tasks
+			WHERE queue = $1 AND status IN ('pending', 'retry') AND priority = level.priority
+				AND group_key IS NOT NULL AND scheduled_at <= now()
 			ORDER BY scheduled_at
-			LIMIT 1
+			LIMIT 1)
 		) due
 	)) AS buffered
 	FROM queues WHERE name = $1 FOR KEY SHARE

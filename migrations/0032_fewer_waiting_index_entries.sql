@@ -1,0 +1,35 @@
+-- 0032: a waiting task of the unnamed group writes three index entries, not five
+-- (issues 35 and 38).
+--
+-- A pending or retry row was in five indexes: tasks_pkey, tasks_status_list_idx,
+-- tasks_dispatch_idx (queue, priority, scheduled_at), tasks_group_dispatch_idx
+-- (queue, priority, group_key, scheduled_at) and tasks_queue_due_idx (queue,
+-- scheduled_at), the last three all of waiting rows. Every enqueue paid for each
+-- entry (a batch of 1,000 spent 10 ms in PostgreSQL's insert), and so did the
+-- dispatch's non-HOT update, whose old version leaves them to vacuum.
+--
+-- tasks_group_dispatch_idx alone already orders the unnamed group (group_key NULL,
+-- every task of a queue without groups) as tasks_dispatch_idx did: within a
+-- (queue, priority) its NULLs are one range in scheduled_at order. So the readers
+-- that needed tasks_dispatch_idx's order read the unnamed group's head there
+-- (group_key IS NULL, ORDER BY group_key, scheduled_at), and the named groups' head
+-- in one index of their own, tasks_named_dispatch_idx, (queue, priority,
+-- scheduled_at) of the named groups' waiting rows: a queue without fairness keeps
+-- one line by priority across its groups by merging the two heads of each level
+-- (dispatch_due). The readers of tasks_queue_due_idx (due_queues, oldest_waiting,
+-- bulk_prune_heads) probe the same two heads per priority level, 1..10, instead of
+-- one (queue, scheduled_at) range. A waiting task of the unnamed group: tasks_pkey,
+-- tasks_group_dispatch_idx, tasks_status_list_idx; of a named group, one more
+-- (tasks_named_dispatch_idx).
+--
+-- On a live table: tasks_named_dispatch_idx is built inside the migration's
+-- transaction (the runner allows no CONCURRENTLY), which reads the whole heap and
+-- holds back the writes to tasks meanwhile, but writes entries for named groups'
+-- waiting rows only (none for a database without fair queues); each DROP INDEX takes
+-- the table's lock only for the catalog change. A replica of the previous release
+-- stays correct, but its dispatch and due probes, planned on the dropped indexes,
+-- sort a priority level's waiting tasks until it is replaced.
+CREATE INDEX tasks_named_dispatch_idx ON tasks (queue, priority, scheduled_at)
+    WHERE status IN ('pending', 'retry') AND group_key IS NOT NULL;
+DROP INDEX tasks_queue_due_idx;
+DROP INDEX tasks_dispatch_idx;
