@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/migrations"
 	"github.com/taskforge/taskforge/storage"
 )
 
@@ -99,9 +101,7 @@ func TestWaitingHeadsReadNoBacklog(t *testing.T) {
 	}
 	const enqueueArgs = `'%s', 'due', ARRAY[gen_random_uuid()], '{"{}"}', '{5}', '{NULL}', '{NULL}', '{NULL}',
 		'{NULL}', ARRAY[NULL::bytea], NULL, NULL, true, ARRAY[%s]::text[]`
-	cases := []struct {
-		name, sql, args string
-	}{
+	cases := []headsCase{
 		{"dispatch plain", storage.Statements["dispatch_due"], `'plain', 10, 1000, NULL`},
 		{"dispatch plain, strict priority", storage.Statements["dispatch_due"], `'plain', 10, 1e12, NULL`},
 		{"dispatch mixed", storage.Statements["dispatch_due"], `'mixed', 10, 1000, NULL`},
@@ -120,6 +120,36 @@ func TestWaitingHeadsReadNoBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
+	checkHeadsRead(t, conn, cases, "the new schema")
+	// A database upgraded with a backlog keeps the two old indexes until the operator
+	// drops them (migration 0032): the statements must not take them.
+	for _, ddl := range oldWaitingIndexes {
+		if _, err := pool.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE tasks"); err != nil {
+		t.Fatal(err)
+	}
+	checkHeadsRead(t, conn, cases, "the old indexes kept")
+}
+
+// oldWaitingIndexes are the indexes of waiting tasks that migration 0032 drops, as
+// the releases before it had them.
+var oldWaitingIndexes = []string{
+	`CREATE INDEX tasks_dispatch_idx ON tasks (queue, priority, scheduled_at) WHERE status IN ('pending', 'retry')`,
+	`CREATE INDEX tasks_queue_due_idx ON tasks (queue, scheduled_at) WHERE status IN ('pending', 'retry') AND priority > 0`,
+}
+
+// headsCase is a statement run with its arguments, written as SQL.
+type headsCase struct{ name, sql, args string }
+
+// checkHeadsRead runs each case (EXPLAIN ANALYZE, rolled back) in the plan made for
+// its arguments and in a generic one, and fails when one takes more than 500 rows
+// from tasks or scans the table.
+func checkHeadsRead(t *testing.T, conn *pgxpool.Conn, cases []headsCase, schema string) {
+	t.Helper()
+	ctx := context.Background()
 	for i, c := range cases {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			stmt := fmt.Sprintf("heads_%d", i)
@@ -148,8 +178,8 @@ func TestWaitingHeadsReadNoBacklog(t *testing.T) {
 				t.Fatalf("%s: plan %s: %v", c.name, out, err)
 			}
 			if read, seq := plans[0].Plan.tasksRead(); read > 500 || seq {
-				t.Errorf("%s (%s): %.0f rows of tasks read, want at most 500 (sequential scan: %v):\n%s",
-					c.name, mode, read, seq, out)
+				t.Errorf("%s, %s (%s): %.0f rows of tasks read, want at most 500 (sequential scan: %v):\n%s",
+					c.name, schema, mode, read, seq, out)
 			}
 		}
 	}
@@ -178,6 +208,47 @@ func (n planNode) tasksRead() (read float64, seq bool) {
 		read, seq = read+r, seq || s
 	}
 	return read, seq
+}
+
+// TestOldWaitingIndexesStayBesideABacklog: migration 0032 drops the two old indexes
+// of waiting tasks on a database holding at most 10,000 waiting tasks, and keeps them
+// on one holding more, where the previous release's dispatch, planned on them, would
+// otherwise sort a priority level's backlog every pass.
+func TestOldWaitingIndexesStayBesideABacklog(t *testing.T) {
+	ctx := context.Background()
+	_, pool := queueWithRows(t)
+	left := func() (n int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE tablename = 'tasks'
+			AND indexname IN ('tasks_dispatch_idx', 'tasks_queue_due_idx')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The schema of a release before 0032, holding waiting tasks; then 0032 applies.
+	upgrade := func(waiting int) {
+		t.Helper()
+		stmts := append([]string{`DROP INDEX tasks_named_dispatch_idx`}, oldWaitingIndexes...)
+		stmts = append(stmts, `DELETE FROM taskforge_migrations WHERE version = 32`,
+			fmt.Sprintf(`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
+				SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, %d)`, waiting))
+		for _, stmt := range stmts {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if applied, err := migrations.Apply(ctx, pool); err != nil || !slices.Equal(applied, []int{32}) {
+			t.Fatalf("migrations applied %v, %v; want [32]", applied, err)
+		}
+	}
+	upgrade(10000)
+	if n := left(); n != 0 {
+		t.Fatalf("0032 kept %d of the 2 old indexes beside 10,000 waiting tasks, want none", n)
+	}
+	upgrade(1)
+	if n := left(); n != 2 {
+		t.Fatalf("0032 kept %d of the 2 old indexes beside 10,001 waiting tasks, want both", n)
+	}
 }
 
 // TestPlainDispatchKeepsOneLineAcrossGroups: in a queue without fairness, the
