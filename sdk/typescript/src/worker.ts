@@ -108,11 +108,14 @@ export class Job {
    * {@link WorkerStoppingError} (the shutdown grace ended; the task is handed back).
    * It reaches the handler within one heartbeat interval.
    */
-  readonly signal: AbortSignal;
+  get signal(): AbortSignal {
+    return this.#signal();
+  }
+  readonly #signal: () => AbortSignal;
   readonly #report: (progress: unknown, o: CallOptions) => Promise<void>;
 
   /** @internal */
-  constructor(t: PolledTask, workerId: string, signal: AbortSignal, report: (progress: unknown, o: CallOptions) => Promise<void>) {
+  constructor(t: PolledTask, workerId: string, signal: () => AbortSignal, report: (progress: unknown, o: CallOptions) => Promise<void>) {
     this.id = t.id;
     this.queue = t.queue;
     this.payload = t.payload;
@@ -121,7 +124,7 @@ export class Job {
     this.timeoutSeconds = t.timeout_seconds ?? null;
     this.workerId = workerId;
     this.traceparent = t.traceparent ?? null;
-    this.signal = signal;
+    this.#signal = signal;
     this.#report = report;
   }
 
@@ -157,7 +160,16 @@ function lostReason(j: Held, cause: unknown): Error {
 class Held {
   readonly job: Job;
   readonly task: PolledTask;
-  readonly ac = new AbortController();
+  /**
+   * The handler's AbortController, made only when job.signal is first read: most
+   * handlers of short tasks never read it, and making a signal cost several µs of
+   * CPU a task (a sixth of a Node worker's own CPU per no-op task). abort records why
+   * the handler should stop either way.
+   */
+  #ac: AbortController | undefined;
+  /** The handler should stop (see Job.signal), for reason. */
+  aborted = false;
+  reason: unknown = undefined;
   state: JobState = "waiting";
   /** Set by whoever reports the task: its handler's return, or the shutdown. */
   owned = false;
@@ -177,7 +189,24 @@ class Held {
 
   constructor(task: PolledTask, workerId: string, report: (j: Held, progress: unknown, o: CallOptions) => Promise<void>) {
     this.task = task;
-    this.job = new Job(task, workerId, this.ac.signal, (p, o) => report(this, p, o));
+    this.job = new Job(task, workerId, () => this.signal, (p, o) => report(this, p, o));
+  }
+
+  /** The signal job.signal hands the handler; aborted already when abort was called before. */
+  get signal(): AbortSignal {
+    if (this.#ac === undefined) {
+      this.#ac = new AbortController();
+      if (this.aborted) this.#ac.abort(this.reason);
+    }
+    return this.#ac.signal;
+  }
+
+  /** Tells the handler to stop, for reason; only the first call counts. */
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.#ac?.abort(reason);
   }
 
   get id(): string {
@@ -548,7 +577,7 @@ class Run {
       const secs = t.timeout_seconds;
       j.timeoutAt = recv + secs * 1000;
       j.timeoutSeconds = secs;
-      j.timeoutTimer = setTimeout(() => j.ac.abort(new TaskTimeoutError(t.id, secs)), Math.max(0, recv + secs * 1000 - Date.now()));
+      j.timeoutTimer = setTimeout(() => j.abort(new TaskTimeoutError(t.id, secs)), Math.max(0, recv + secs * 1000 - Date.now()));
     }
     this.#active.add(j);
     this.#waiting.push(j);
@@ -582,11 +611,11 @@ class Run {
   async #execute(j: Held): Promise<void> {
     const h = this.#handlers.get(j.task.queue);
     const began = Date.now();
-    const started = !j.ac.signal.aborted;
+    const started = !j.aborted;
     let ok = false;
     let err: unknown;
     if (!started) {
-      err = new Error(`not started: ${messageOf(j.ac.signal.reason)}`);
+      err = new Error(`not started: ${messageOf(j.reason)}`);
     } else if (!h) {
       err = new PermanentError(`worker ${this.#o.id} has no handler for queue ${JSON.stringify(j.task.queue)}`);
     } else {
@@ -612,7 +641,7 @@ class Run {
     }
     const ackByPoll = ok && !j.lost && resultBytes <= MAX_POLL_ACK_RESULT;
     const handed = this.#handlerReturned(j, started ? Math.max(Date.now() - began, 0.001) : 0, ackByPoll);
-    const reason = j.ac.signal.aborted ? j.ac.signal.reason : undefined;
+    const reason = j.aborted ? j.reason : undefined;
     j.stopTimers();
     if (handed) return; // the next poll carries the ack
     if (j.lost) {
@@ -686,11 +715,11 @@ class Run {
     try {
       const a = await this.#c.heartbeatAnswer(this.#o.id, j.id, j.task.lease_token, { progress, signal: o.signal ?? t!.signal });
       j.extend(Date.now(), a.body.lease_expires_at, a.date);
-      if (a.body.cancel_requested) j.ac.abort(new TaskCancelledError(j.id));
+      if (a.body.cancel_requested) j.abort(new TaskCancelledError(j.id));
     } catch (e) {
       if (isErrorCode(e, "lease_lost")) {
         j.lost = true;
-        j.ac.abort(lostReason(j, e));
+        j.abort(lostReason(j, e));
         throw new LeaseLostError(j.id, { cause: e });
       }
       throw e;
@@ -828,15 +857,15 @@ class Run {
     if (j.hbStopped) return; // the handler returned meanwhile; a 409 may just mean it was acked
     if (a) {
       j.extend(Date.now(), a.body.lease_expires_at, a.date);
-      if (a.body.cancel_requested && !j.ac.signal.aborted) j.ac.abort(new TaskCancelledError(j.id));
+      if (a.body.cancel_requested && !j.aborted) j.abort(new TaskCancelledError(j.id));
     } else if (isErrorCode(err, "lease_lost")) {
       j.lost = true;
-      j.ac.abort(lostReason(j, err));
+      j.abort(lostReason(j, err));
       this.#warnJob(j, "lease lost; handler aborted", { err: messageOf(err) });
       return;
     } else if (j.leaseExpired(Date.now())) {
       j.lost = true;
-      j.ac.abort(new LeaseLostError(j.id, { cause: err }));
+      j.abort(new LeaseLostError(j.id, { cause: err }));
       this.#warnJob(j, "heartbeats failed until the lease expired; handler aborted", { err: messageOf(err) });
       return;
     } else {
@@ -882,7 +911,7 @@ class Run {
         j.owned = true;
         const unstarted = j.state === "waiting";
         j.stopTimers();
-        if (!j.ac.signal.aborted) j.ac.abort(new WorkerStoppingError(this.#o.id));
+        if (!j.aborted) j.abort(new WorkerStoppingError(this.#o.id));
         if (j.lost) {
           this.#done(j);
           continue;
