@@ -117,6 +117,7 @@ declare module "node:http" {
   export interface ClientRequest {
     on(event: "error", listener: (err: Error) => void): unknown;
     end(body?: Uint8Array): unknown;
+    destroy(err?: unknown): unknown;
   }
   export interface RequestOptions {
     method?: string;
