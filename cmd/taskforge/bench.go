@@ -57,7 +57,7 @@ after; the report records the PostgreSQL settings it ran with.
   fair     only when named: fair queues. A group of 1,000,000 due tasks
            (--fair-backlog) draining beside 100 groups that enqueue 10 each:
            their enqueue → start and the big group's share meanwhile; 100,000
-           due tasks (--fair-spread) in as many groups, then in one: idle CPU,
+           due tasks (--fair-spread) in groups of --fair-spread-depth, then in one: idle CPU,
            drain throughput, a new group's enqueue → start; E1 on a fair queue
            with one group against a plain one (--fair-e1-layout), one after
            the other
@@ -192,7 +192,8 @@ Exit status 1 when a step failed or a check did not hold.`,
 	fs.IntVar(&cfg.Scale.LatencySamples, "scale-latency-samples", 50, "scale: enqueue → long-poll receipts per queues point")
 	fs.IntVar(&cfg.Scale.Samples, "scale-samples", 20, "scale: stats requests, metrics scrapes and feed refreshes per rows point")
 	fs.StringVar(&fairBacklog, "fair-backlog", "1M", "fair: the big group's due tasks beside the small groups (k and M suffixes allowed)")
-	fs.StringVar(&fairSpread, "fair-spread", "100k", "fair: due tasks in as many groups, then in one")
+	fs.StringVar(&fairSpread, "fair-spread", "100k", "fair: due tasks in many groups (of --fair-spread-depth each), then in one")
+	fs.IntVar(&cfg.Fair.SpreadDepth, "fair-spread-depth", 1, "fair: due tasks of each group in the spread part's many groups (above 1: a buffered head and pending tasks behind it)")
 	fs.StringVar(&fairLayout, "fair-layout", "4x16", "fair: worker layout of the backlog and spread drains")
 	fs.StringVar(&fairE1Layout, "fair-e1-layout", "4x16", "fair: worker layout of E1 on a fair queue against a plain one")
 	fs.IntVar(&cfg.Fair.E1Tasks, "fair-e1-tasks", 5000, "fair: tasks of each E1 drain")

@@ -452,7 +452,7 @@ func (c Config) Validate() error {
 	if slices.Contains(c.Experiments, ExpScale) && len(c.Scale.Queues)+len(c.Scale.Rows) == 0 {
 		errs = append(errs, errors.New("scale: both curves are skipped"))
 	}
-	if f := c.Fair; f.Backlog < 1 || f.SmallGroups < 1 || f.SmallTasks < 1 || f.Spread < 1 || f.E1Tasks < 1 {
+	if f := c.Fair; f.Backlog < 1 || f.SmallGroups < 1 || f.SmallTasks < 1 || f.Spread < 1 || f.SpreadDepth < 1 || f.E1Tasks < 1 {
 		errs = append(errs, errors.New("fair: sizes must be at least 1"))
 	}
 	for _, part := range c.Fair.Parts {

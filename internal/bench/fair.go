@@ -23,8 +23,8 @@ import (
 //     enqueue Fair.SmallTasks tasks each (one batch per group), and the step
 //     measures enqueue → start of those tasks and how many tasks the big group got
 //     while they went out (one turn per round: about Fair.SmallTasks).
-//   - spread: Fair.Spread due tasks, in Fair.Spread groups of one and then in one
-//     group, each bulk-loaded before serve starts: serve's and PostgreSQL's CPU
+//   - spread: Fair.Spread due tasks, in groups of Fair.SpreadDepth and then in
+//     one group, each bulk-loaded before serve starts: serve's and PostgreSQL's CPU
 //     while no worker polls (the dispatcher alone), then the drain's throughput
 //     and, as it starts, enqueue → start of fairProbes tasks, each in a new
 //     group (the dispatcher's reach).
@@ -45,9 +45,13 @@ type FairConfig struct {
 	// SmallGroups enqueue SmallTasks tasks each beside the backlog. Default 100 and 10.
 	SmallGroups int `json:"small_groups"`
 	SmallTasks  int `json:"small_tasks"`
-	// Spread is the due tasks of the spread part (in as many groups, then in one).
-	// Defaults to 100,000.
+	// Spread is the due tasks of the spread part (in Spread / SpreadDepth groups,
+	// then in one). Defaults to 100,000.
 	Spread int `json:"spread"`
+	// SpreadDepth is the tasks of each of the spread part's many groups: with more
+	// than 1, every group holds a buffered head and pending tasks behind it (the
+	// dispatcher's steady state). Defaults to 1.
+	SpreadDepth int `json:"spread_depth"`
 	// Layout drains the backlog and spread parts. Defaults to 4x16.
 	Layout Layout `json:"layout"`
 	// IdleWindow is the spread part's window without workers. Defaults to 10s.
@@ -78,6 +82,9 @@ func (c *FairConfig) defaults() {
 	if c.Spread == 0 {
 		c.Spread = 100_000
 	}
+	if c.SpreadDepth == 0 {
+		c.SpreadDepth = 1
+	}
 	if c.Layout.Procs == 0 {
 		c.Layout = Layout{Procs: 4, Concurrency: 16}
 	}
@@ -103,8 +110,23 @@ type FairBacklogResult struct {
 	SmallGroups int     `json:"small_groups"`
 	SmallTasks  int     `json:"small_tasks"`
 	LoadSeconds float64 `json:"load_s"`
-	// Receipt is the small groups' tasks.created_at → first attempt's start.
-	Receipt Dist `json:"receipt"`
+	// Receipt is the small groups' tasks.created_at → first attempt's start, and
+	// its steps: the enqueue request's own time (created_at → its answer on the
+	// harness's clock, the tasks' commit and buffering), then answer → start
+	// (the group's turns, the workers' polls and the claims' commits).
+	Receipt       Dist `json:"receipt"`
+	EnqueueAnswer Dist `json:"enqueue_answer"`
+	AnswerToStart Dist `json:"answer_to_start"`
+	// FirstTurn is, per small group, the receipt of its first task to start (its
+	// first turn); LastTurn of its last.
+	FirstTurn Dist `json:"first_turn"`
+	LastTurn  Dist `json:"last_turn"`
+	// EnqueueSeconds runs from the first small group's enqueue to the last one's.
+	EnqueueSeconds float64 `json:"enqueue_s"`
+	// ClaimGaps is the spacing of the claims' commits in the window (the gaps
+	// between consecutive distinct attempt starts: a claim statement starts all
+	// its attempts at its transaction's time).
+	ClaimGaps Dist `json:"claim_gaps"`
 	// BigTurns is, per small group, how many tasks the big group started between
 	// the group's enqueue and its last task's start (turns promise about
 	// SmallTasks, plus what was already popped).
@@ -190,9 +212,10 @@ func (r *runner) fair(ctx context.Context, run int) error {
 	}
 	if c.runs("spread") {
 		// Many groups first in odd runs, one group first in even ones.
-		order := []int{c.Spread, 1}
+		many := max(1, c.Spread/c.SpreadDepth)
+		order := []int{many, 1}
 		if run%2 == 0 {
-			order = []int{1, c.Spread}
+			order = []int{1, many}
 		}
 		for _, groups := range order {
 			res, err := r.fairSpread(ctx, run, groups)
@@ -371,6 +394,7 @@ func (r *runner) fairBacklog(ctx context.Context, run int) (res FairBacklogResul
 	if err := s.pool.QueryRow(ctx, dbNow).Scan(&from); err != nil {
 		return res, err
 	}
+	answered := map[string]time.Time{} // group → its enqueue's answer
 	for g := range c.SmallGroups {
 		batch := make([]client.NewTask, c.SmallTasks)
 		for i := range batch {
@@ -382,16 +406,15 @@ func (r *runner) fairBacklog(ctx context.Context, run int) (res FairBacklogResul
 		if err != nil {
 			return res, fmt.Errorf("enqueue group %d: %w", g, err)
 		}
+		answered[batch[0].Group] = time.Now()
 		ids = append(ids, created...)
 	}
 	if err := s.waitCount(ctx, "small groups' tasks started", fairStartedOf, []any{ids}, len(ids), stallTimeout, workers, nil); err != nil {
 		return res, err
 	}
-	receipt, err := receipts(ctx, s, ids)
-	if err != nil {
+	if err := s.smallSteps(ctx, ids, answered, &res); err != nil {
 		return res, err
 	}
-	res.Receipt = distOf(receipt)
 	var to time.Time
 	if err := s.pool.QueryRow(ctx, fairLastStart, ids).Scan(&to); err != nil {
 		return res, fmt.Errorf("read the last start: %w", err)
@@ -417,14 +440,84 @@ func (r *runner) fairBacklog(ctx context.Context, run int) (res FairBacklogResul
 		return res, err
 	}
 	res.BigTurns = distOf(turns)
+	gaps, err := s.msList(ctx, fairClaimGaps, name, from, to)
+	if err != nil {
+		return res, fmt.Errorf("read the claims' spacing: %w", err)
+	}
+	res.ClaimGaps = distOf(gaps)
 	res.WindowSeconds = to.Sub(from).Seconds()
 	if res.WindowSeconds > 0 {
 		res.Throughput = float64(res.Handouts) / res.WindowSeconds
 		res.RoundMs = float64(c.SmallGroups+1) / res.Throughput * 1000
 	}
+	r.prog.println(fmt.Sprintf("%s: small groups' enqueues over %.0f ms; enqueue → its answer p50 %.1f p99 %.1f ms, answer → start p50 %.1f p99 %.1f ms; a group's first turn p50 %.1f p99 %.1f ms, its last p50 %.1f p99 %.1f ms; claims' commits %.1f ms apart (p50), p99 %.1f, max %.1f",
+		label, res.EnqueueSeconds*1000, res.EnqueueAnswer.P50, res.EnqueueAnswer.P99, res.AnswerToStart.P50, res.AnswerToStart.P99,
+		res.FirstTurn.P50, res.FirstTurn.P99, res.LastTurn.P50, res.LastTurn.P99, res.ClaimGaps.P50, res.ClaimGaps.P99, res.ClaimGaps.Max))
 	r.prog.println(fmt.Sprintf("%s: small groups' tasks enqueue → start p50 %.1f ms, p99 %.1f ms; the big group's starts while a small group's went out p50 %.0f, max %.0f (%.0f tasks/s, a round %.0f ms) (load %.2f)",
 		label, res.Receipt.P50, res.Receipt.P99, res.BigTurns.P50, res.BigTurns.Max, res.Throughput, res.RoundMs, res.LoadAvg[0]))
 	return res, nil
+}
+
+// smallSteps reads where the small groups' tasks (ids) spent their time into res;
+// answered holds each group's enqueue answer (the harness and PostgreSQL share the
+// machine's clock).
+func (s *step) smallSteps(ctx context.Context, ids []string, answered map[string]time.Time, res *FairBacklogResult) error {
+	rows, err := s.pool.Query(ctx, fairSmallSteps, ids)
+	if err != nil {
+		return fmt.Errorf("read the small groups' steps: %w", err)
+	}
+	defer rows.Close()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	var receipt, answer, toStart, first []float64
+	type start struct {
+		place int
+		ms    float64
+	}
+	last := map[string]start{}
+	var firstEnqueue, lastEnqueue time.Time
+	for rows.Next() {
+		var group string
+		var place int
+		var created, started time.Time
+		var dispatched *time.Time
+		if err := rows.Scan(&group, &place, &created, &dispatched, &started); err != nil {
+			return err
+		}
+		total := ms(started.Sub(created))
+		receipt = append(receipt, total)
+		if a, ok := answered[group]; ok {
+			answer, toStart = append(answer, ms(a.Sub(created))), append(toStart, ms(started.Sub(a)))
+		}
+		if place == 1 {
+			first = append(first, total)
+		}
+		if place > last[group].place {
+			last[group] = start{place, total}
+		}
+		if firstEnqueue.IsZero() || created.Before(firstEnqueue) {
+			firstEnqueue = created
+		}
+		lastEnqueue = later(lastEnqueue, created)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var lasts []float64
+	for _, l := range last {
+		lasts = append(lasts, l.ms)
+	}
+	res.Receipt, res.EnqueueAnswer, res.AnswerToStart = distOf(receipt), distOf(answer), distOf(toStart)
+	res.FirstTurn, res.LastTurn = distOf(first), distOf(lasts)
+	res.EnqueueSeconds = lastEnqueue.Sub(firstEnqueue).Seconds()
+	return nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // receipts reads enqueue → first start of ids, in ms.

@@ -158,6 +158,22 @@ SELECT (SELECT count(*) FROM all_attempts a JOIN all_tasks t ON t.id = a.task_id
 	WHERE a.queue = $2 AND t.group_key = $3 AND a.started_at > g.stored AND a.started_at <= g.last)::float8
 FROM g`
 
+// fairSmallSteps: per task of $1, its group, its place in its group by start (1 =
+// its first to start), its enqueue (created_at), buffering (dispatched_at, NULL when
+// the dispatcher never buffered it) and first start.
+const fairSmallSteps = `SELECT t.group_key,
+	row_number() OVER (PARTITION BY t.group_key ORDER BY a.started_at, t.id)::int,
+	t.created_at, t.dispatched_at, a.started_at
+FROM all_tasks t JOIN all_attempts a ON a.task_id = t.id AND a.attempt = 1
+WHERE t.id = ANY($1::text[]::uuid[])`
+
+// fairClaimGaps: the gaps, in ms, between the consecutive distinct starts of queue
+// $1's attempts in ($2, $3]: a claim statement gives every attempt it starts its
+// transaction's time, so these are the spacing of the claims' commits.
+const fairClaimGaps = `SELECT extract(epoch FROM s - lag(s) OVER (ORDER BY s))::float8 * 1000
+FROM (SELECT DISTINCT started_at AS s FROM all_attempts WHERE queue = $1 AND started_at > $2 AND started_at <= $3) d
+OFFSET 1`
+
 // fairSettling is what the spread part waits on before its idle window: the count
 // deltas not folded yet, and queue $1's buffered tasks.
 const fairSettling = `SELECT (SELECT count(*) FROM queue_tally_delta) + (SELECT count(*) FROM group_tally_delta),
