@@ -321,20 +321,34 @@ func (b *Buffer) SetGroup(ctx context.Context, queue, group string, s GroupSetti
 // FairSize returns how many ids fair queue's group buffers hold, and how many groups
 // have buffered work (taskforge_groups_active), in O(1).
 func (b *Buffer) FairSize(ctx context.Context, queue string) (ids, groups int64, err error) {
+	st, err := b.FairState(ctx, queue)
+	return st.IDs, st.Groups, err
+}
+
+// FairState is what a fair queue's buffers hold, in counts the scripts keep.
+type FairState struct {
+	IDs    int64 // ids buffered
+	Groups int64 // groups holding buffered ids
+	// Emptied counts the times a group's buffer went empty (a pop took its last id,
+	// or a removal did). It only grows while Redis keeps the queue's keys: while it
+	// stands still, every group that held ids still does.
+	Emptied int64
+}
+
+// FairState returns fair queue's FairState, in one round trip.
+func (b *Buffer) FairState(ctx context.Context, queue string) (FairState, error) {
 	p := b.fairKey(queue)
-	var n *redis.StringCmd
-	var g *redis.StringCmd
-	_, err = b.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		n = pl.Get(ctx, p+"n")
-		g = pl.Get(ctx, p+"ng")
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, 0, fmt.Errorf("size of fair queue %s: %w", queue, err)
+	vals, err := b.rdb.MGet(ctx, p+"n", p+"ng", p+"em").Result()
+	if err != nil {
+		return FairState{}, fmt.Errorf("state of fair queue %s: %w", queue, err)
 	}
-	ids, _ = n.Int64()
-	groups, _ = g.Int64()
-	return ids, groups, nil
+	var out FairState
+	for i, into := range []*int64{&out.IDs, &out.Groups, &out.Emptied} {
+		if v, ok := vals[i].(string); ok {
+			*into, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return out, nil
 }
 
 // FairSizes returns FairSize of each of queues, in one pipeline: the ids their group

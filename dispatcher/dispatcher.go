@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,7 +82,10 @@ type Pass struct {
 	Sweep  bool           // it looked at every queue
 	Queues []string       // the queues it dispatched (topped up), sorted
 	Moved  map[string]int // tasks moved into each queue's buffer
-	Err    error
+	// Settled are the fair queues it left alone: only the sweep named them, and
+	// each of their groups with due work holds buffered ids (fair.go).
+	Settled []string
+	Err     error
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -119,6 +123,12 @@ type Dispatcher struct {
 	// (fair.go); a queue is absent when the next look starts from its first group.
 	groupMu      sync.Mutex
 	groupCursors map[string]groupCursor
+	// fairSettled and fairCycles, under groupMu, let sweeps leave alone a fair
+	// queue whose groups all hold their heads (fair.go).
+	fairSettled map[string]fairSettled
+	fairCycles  map[string]fairCycle
+	// listening is true while the LISTEN connection is up.
+	listening atomic.Bool
 }
 
 // Mover runs the dispatch transition; *lifecycle.Lifecycle is one.
@@ -210,11 +220,35 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // work.
 func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 	queues, asked := d.wakes.take()
+	if asked {
+		d.unsettleAll() // a wake-up may have been lost
+	}
+	// Only the periodic sweep names the queues it alone finds: those it may skip.
+	named := map[string]bool{}
+	if sweep && !asked && !d.horizon.IsZero() {
+		for _, q := range queues {
+			named[q] = true
+		}
+	} else {
+		named = nil
+	}
 	sweep = sweep || asked || d.horizon.IsZero()
 
 	var errs []error
 	switch {
 	case sweep:
+		if named != nil {
+			// What became due since the last timed pass names its queues, as a
+			// timed pass would: a sweep that may skip settled queues must not skip those.
+			due, _, err := d.store.NewlyDue(ctx, d.horizon.Add(-dueSlack))
+			for _, q := range due {
+				named[q] = true
+			}
+			if err != nil {
+				named = nil
+				errs = append(errs, err)
+			}
+		}
 		// What is due now, the sweep finds; the next timed pass looks from here on.
 		now, err := d.store.Now(ctx)
 		if err == nil {
@@ -232,7 +266,11 @@ func (d *Dispatcher) pass(ctx context.Context, timed, sweep bool) Pass {
 		errs = append(errs, err)
 	}
 	p := Pass{Timed: timed, Sweep: sweep, Moved: map[string]int{}}
-	p.Queues, errs = d.dispatch(ctx, queues, p.Moved, errs)
+	var swept func(string) bool
+	if named != nil {
+		swept = func(q string) bool { return !named[q] }
+	}
+	p.Queues, errs = d.dispatch(ctx, queues, swept, &p, errs)
 	p.Err = errors.Join(errs...)
 	if p.Err != nil { // try them again on the next pass, not only at the sweep
 		d.wakes.again(queues)
@@ -285,6 +323,8 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		return err
 	}
 	defer l.Close(context.WithoutCancel(ctx))
+	d.listening.Store(true)
+	defer d.listening.Store(false)
 	d.WakeAll() // anything enqueued while we were not listening
 	for {
 		queue, err := l.Next(ctx)
@@ -313,18 +353,21 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 // not paused) from their due tasks and returns how many tasks it moved. Its cost
 // follows the number of queues named, whatever the number that exist.
 func (d *Dispatcher) DispatchQueues(ctx context.Context, names ...string) (int, error) {
-	moved := map[string]int{}
-	_, errs := d.dispatch(ctx, names, moved, nil)
+	p := Pass{Moved: map[string]int{}}
+	_, errs := d.dispatch(ctx, names, nil, &p, nil)
 	total := 0
-	for _, n := range moved {
+	for _, n := range p.Moved {
 		total += n
 	}
 	return total, errors.Join(errs...)
 }
 
-// dispatch tops up the named queues, records what it moved into each in moved, and
-// returns the queues it looked at (sorted) and errs with its own errors appended.
-func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[string]int, errs []error) ([]string, []error) {
+// dispatch tops up the named queues, records what it moved into each in p.Moved
+// and the fair queues it left alone in p.Settled, and returns the queues it looked
+// at (sorted) and errs with its own errors appended. swept (nil: none) says which
+// queues only the periodic sweep named.
+func (d *Dispatcher) dispatch(ctx context.Context, names []string, swept func(string) bool, p *Pass, errs []error) ([]string, []error) {
+	moved := p.Moved
 	if len(names) == 0 {
 		return nil, errs
 	}
@@ -350,7 +393,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, names []string, moved map[str
 		limits := ratelimit.Of(q)
 		weight := buffer.LevelWeightMs(limits.AgingMs)
 		if limits.Fair {
-			n, err := d.dispatchFair(ctx, q.Name, weight)
+			n, settled, err := d.dispatchFair(ctx, q.Name, weight, swept != nil && swept(q.Name))
+			if settled {
+				p.Settled = append(p.Settled, q.Name)
+			}
 			if n > 0 {
 				moved[q.Name] += n
 			}
@@ -392,6 +438,7 @@ func (d *Dispatcher) RepairStep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if lost {
+		d.unsettleAll() // the fair queues' counts of emptied groups restarted
 		if err := d.mirrorGroups(ctx); err != nil {
 			return 0, err
 		}

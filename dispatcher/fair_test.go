@@ -597,3 +597,63 @@ func TestFairDispatchBuffersEveryIdleHeadWithoutWaitingForSweeps(t *testing.T) {
 		}
 	}
 }
+
+// TestFairSweepLeavesASettledQueueAlone: once every group with due work holds its
+// head in the buffer and nobody polls, the periodic sweep leaves the fair queue
+// alone instead of looking at its groups again every time; a pop that empties a
+// group's buffer, and work a NOTIFY announces in a new group, are still buffered.
+func TestFairSweepLeavesASettledQueueAlone(t *testing.T) {
+	t.Parallel()
+	const target, groups = 10, 25 // a cycle of looks at the groups spans 3 windows
+	r := newFairRig(t, storage.Queue{}, 1, target)
+	for g := range groups {
+		r.enqueue(ptr(fmt.Sprintf("g%03d", g)), 5, 3)
+	}
+	buf := buffer.New(r.rdb, r.prefix).WithClock(r.clock.Now)
+	wakes := dispatcher.NewWakes()
+	lc := lifecycle.New(r.store, buf, wakes, lifecycle.Config{BufferTarget: target}, quiet)
+	passes := make(chan dispatcher.Pass, 100)
+	d := dispatcher.New(r.store, buf, lc, wakes, dispatcher.Config{BufferTarget: target, GroupWindow: target,
+		Interval: time.Hour, SweepInterval: 20 * time.Millisecond, RepairInterval: time.Hour,
+		OnPass: func(p dispatcher.Pass) { passes <- p }}, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	withWork := func() int64 {
+		t.Helper()
+		_, n, err := buf.FairSize(ctx, "fq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	settled := func(p dispatcher.Pass) bool { return p.Sweep && slices.Contains(p.Settled, "fq") }
+	nextPass(t, passes, "that leaves the settled queue alone", settled)
+	if n := withWork(); n != groups {
+		t.Fatalf("settled with %d of %d groups' heads buffered", n, groups)
+	}
+	nextPass(t, passes, "that leaves it alone again", settled)
+
+	// A pop takes one group's only buffered id: the next sweep looks again.
+	if got, _ := r.claim(0, 1); len(got) != 1 {
+		t.Fatalf("claimed %d tasks, want 1", len(got))
+	}
+	p := nextPass(t, passes, "that refills the emptied group", func(p dispatcher.Pass) bool { return p.Moved["fq"] > 0 })
+	if p.Moved["fq"] != 1 || withWork() != groups {
+		t.Fatalf("pass %+v left %d of %d groups with buffered work, want 1 task moved and all", p, withWork(), groups)
+	}
+	nextPass(t, passes, "that leaves it alone once settled again", settled)
+
+	// A new group's task, announced by its enqueue's NOTIFY, is buffered at once.
+	r.enqueue(ptr("new"), 5, 1)
+	nextPass(t, passes, "that buffers the new group's task", func(p dispatcher.Pass) bool { return p.Moved["fq"] > 0 })
+	if n := withWork(); n != groups+1 {
+		t.Fatalf("%d groups with buffered work after the new group's enqueue, want %d", n, groups+1)
+	}
+}

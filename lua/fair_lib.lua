@@ -20,6 +20,8 @@
 --   P.."rg"       set: groups whose slot set is not empty (for reconcile)
 --   P.."n"        string: how many ids all group buffers hold
 --   P.."ng"       string: how many groups have buffered work
+--   P.."em"       string: how many times a group's buffer went empty (the dispatcher's
+--                 sweep leaves a fair queue alone while it stands still)
 --   P.."cfg"      string: "<level weight> <group limits>" the structures were built with
 --
 -- A group is in exactly one of three states: absent (no buffered work: it owns no
@@ -112,6 +114,15 @@ local function place(g, old, weight)
   return 'ready', ls
 end
 
+-- emptied counts a group whose buffer just went empty: one group fewer with
+-- buffered work, one more emptying.
+local function emptied()
+  if redis.call('DECR', P .. 'ng') <= 0 then
+    redis.call('DEL', P .. 'ng')
+  end
+  redis.call('INCR', P .. 'em')
+end
+
 -- settle puts group g where its new buffer says, given where it was (state, ls), and
 -- keeps the count of groups with buffered work.
 local function settle(g, state, ls, weight)
@@ -124,9 +135,7 @@ local function settle(g, state, ls, weight)
     return
   end
   if s == nil then
-    if redis.call('DECR', P .. 'ng') <= 0 then
-      redis.call('DEL', P .. 'ng')
-    end
+    emptied()
   end
   if state == 'parked' then
     if s == nil then

@@ -258,9 +258,7 @@ while n < allowed do
       local s = head(g)
       if s == nil then
         unready(g, ls)
-        if redis.call('DECR', P .. 'ng') <= 0 then
-          redis.call('DEL', P .. 'ng')
-        end
+        emptied()
       else
         local _, nls = level_of(s, W)
         if nls == ls then
