@@ -32,13 +32,23 @@ func createQueues(t *testing.T, s *storage.Store, names ...string) {
 	}
 }
 
-// runDispatcher runs d until the test ends and returns its passes, one by one.
+// runDispatcher runs a dispatcher of b until the test ends and returns its passes,
+// one by one.
 func runDispatcher(t *testing.T, b bundle, cfg dispatcher.Config) (*dispatcher.Dispatcher, <-chan dispatcher.Pass) {
+	t.Helper()
+	cfg.NoListen = true // no LISTEN (re)connect and its sweep: the tests' wake-ups are their own
+	return startDispatcher(t, cfg, func(cfg dispatcher.Config) *dispatcher.Dispatcher {
+		return newDispatcher(b.store, b.buf, cfg, quiet)
+	})
+}
+
+// startDispatcher runs the dispatcher that build makes of cfg (with OnPass set
+// here) until the test ends, and returns it and its passes, one by one.
+func startDispatcher(t *testing.T, cfg dispatcher.Config, build func(dispatcher.Config) *dispatcher.Dispatcher) (*dispatcher.Dispatcher, <-chan dispatcher.Pass) {
 	t.Helper()
 	passes := make(chan dispatcher.Pass, 100)
 	cfg.OnPass = func(p dispatcher.Pass) { passes <- p }
-	cfg.NoListen = true // no LISTEN (re)connect and its sweep: the tests' wake-ups are their own
-	d := newDispatcher(b.store, b.buf, cfg, quiet)
+	d := build(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

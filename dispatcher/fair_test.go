@@ -73,6 +73,30 @@ func newFairRig(t *testing.T, q storage.Queue, n, target int) *fairRig {
 	return r
 }
 
+// runDispatcher runs, until the test ends, a dispatcher of fq with cfg on a buffer
+// and lifecycle of its own (so the rig's replicas' wake-ups do not reach it), and
+// returns that buffer and the dispatcher's passes.
+func (r *fairRig) runDispatcher(cfg dispatcher.Config) (*buffer.Buffer, <-chan dispatcher.Pass) {
+	r.t.Helper()
+	buf := buffer.New(r.rdb, r.prefix).WithClock(r.clock.Now)
+	wakes := dispatcher.NewWakes()
+	lc := lifecycle.New(r.store, buf, wakes, lifecycle.Config{BufferTarget: cfg.BufferTarget}, quiet)
+	_, passes := startDispatcher(r.t, cfg, func(cfg dispatcher.Config) *dispatcher.Dispatcher {
+		return dispatcher.New(r.store, buf, lc, wakes, cfg, quiet)
+	})
+	return buf, passes
+}
+
+// groupsWithWork reads how many of fq's groups hold buffered ids.
+func (r *fairRig) groupsWithWork(buf *buffer.Buffer) int64 {
+	r.t.Helper()
+	_, n, err := buf.FairSize(context.Background(), "fq")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
 // enqueue adds n tasks of group (nil: the unnamed group) at priority.
 func (r *fairRig) enqueue(group *string, priority, n int) []uuid.UUID {
 	r.t.Helper()
@@ -559,43 +583,10 @@ func TestFairDispatchBuffersEveryIdleHeadWithoutWaitingForSweeps(t *testing.T) {
 	for g := range groups {
 		r.enqueue(ptr(fmt.Sprintf("g%03d", g)), 5, 2)
 	}
-	buf := buffer.New(r.rdb, r.prefix).WithClock(r.clock.Now)
-	wakes := dispatcher.NewWakes()
-	lc := lifecycle.New(r.store, buf, wakes, lifecycle.Config{BufferTarget: target}, quiet)
-	passes := make(chan dispatcher.Pass, 100)
-	d := dispatcher.New(r.store, buf, lc, wakes, dispatcher.Config{BufferTarget: target, GroupWindow: target,
-		Interval: time.Hour, SweepInterval: time.Hour, RepairInterval: time.Hour, NoListen: true,
-		OnPass: func(p dispatcher.Pass) { passes <- p }}, quiet)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	count := 0
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case p := <-passes:
-			if p.Err != nil {
-				t.Fatalf("pass failed: %v", p.Err)
-			}
-			count++
-		case <-timeout:
-			_, withWork, _ := buf.FairSize(ctx, "fq")
-			t.Fatalf("%d of %d groups' heads buffered after %d passes; no pass came for the rest", withWork, groups, count)
-		}
-		_, withWork, err := buf.FairSize(ctx, "fq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if withWork == groups {
-			return
-		}
-	}
+	buf, passes := r.runDispatcher(dispatcher.Config{BufferTarget: target, GroupWindow: target,
+		Interval: time.Hour, SweepInterval: time.Hour, RepairInterval: time.Hour, NoListen: true})
+	nextPass(t, passes, "after which every group's head is buffered, without a sweep",
+		func(dispatcher.Pass) bool { return r.groupsWithWork(buf) == groups })
 }
 
 // TestFairSweepLeavesASettledQueueAlone: once every group with due work holds its
@@ -609,30 +600,9 @@ func TestFairSweepLeavesASettledQueueAlone(t *testing.T) {
 	for g := range groups {
 		r.enqueue(ptr(fmt.Sprintf("g%03d", g)), 5, 3)
 	}
-	buf := buffer.New(r.rdb, r.prefix).WithClock(r.clock.Now)
-	wakes := dispatcher.NewWakes()
-	lc := lifecycle.New(r.store, buf, wakes, lifecycle.Config{BufferTarget: target}, quiet)
-	passes := make(chan dispatcher.Pass, 100)
-	d := dispatcher.New(r.store, buf, lc, wakes, dispatcher.Config{BufferTarget: target, GroupWindow: target,
-		Interval: time.Hour, SweepInterval: 20 * time.Millisecond, RepairInterval: time.Hour,
-		OnPass: func(p dispatcher.Pass) { passes <- p }}, quiet)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	withWork := func() int64 {
-		t.Helper()
-		_, n, err := buf.FairSize(ctx, "fq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	buf, passes := r.runDispatcher(dispatcher.Config{BufferTarget: target, GroupWindow: target,
+		Interval: time.Hour, SweepInterval: 20 * time.Millisecond, RepairInterval: time.Hour})
+	withWork := func() int64 { return r.groupsWithWork(buf) }
 	settled := func(p dispatcher.Pass) bool { return p.Sweep && slices.Contains(p.Settled, "fq") }
 	nextPass(t, passes, "that leaves the settled queue alone", settled)
 	if n := withWork(); n != groups {

@@ -703,64 +703,65 @@ func (r *Report) writeFair(w io.Writer) error {
 	return r.writeFairE1(w)
 }
 
-// writeFairBacklog writes the backlog part's table, if it ran.
-func (r *Report) writeFairBacklog(w io.Writer) error {
-	if len(r.FairBacklog) == 0 {
+// fairRow is one row of a fair table: the columns that name it (tab-separated),
+// then its figures, or why it failed.
+type fairRow struct {
+	key, figures, failed string
+}
+
+// writeFairTable writes one part's table, if it has results: its title, the
+// header's columns (tab-separated) and a row of each result.
+func writeFairTable[T any](w io.Writer, title, header string, results []T, row func(T) fairRow) error {
+	if len(results) == 0 {
 		return nil
 	}
+	fmt.Fprintln(w, "\n"+title)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	fmt.Fprintln(w, "\nFair queue, a backlog beside small groups (small groups' tasks: tasks.created_at → first start)")
-	p("run\tbacklog\tsmall\tp50 ms\tp99 ms\tmax ms\tbig's turns p50\tmax\ttasks/s\tround ms\tload1\t\n")
-	for _, b := range r.FairBacklog {
-		if b.Error != "" {
-			p("%d\t%d\tfailed: %s\t\n", b.Run, b.Backlog, b.Error)
-			continue
+	fmt.Fprintf(tw, "%s\t\n", header)
+	for _, res := range results {
+		r := row(res)
+		if r.failed != "" {
+			fmt.Fprintf(tw, "%s\tfailed: %s\t\n", r.key, r.failed)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t\n", r.key, r.figures)
 		}
-		p("%d\t%d\t%dx%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n", b.Run, b.Backlog, b.SmallGroups, b.SmallTasks,
-			b.Receipt.P50, b.Receipt.P99, b.Receipt.Max, b.BigTurns.P50, b.BigTurns.Max, b.Throughput, b.RoundMs, b.LoadAvg[0])
 	}
 	return tw.Flush()
+}
+
+// writeFairBacklog writes the backlog part's table, if it ran.
+func (r *Report) writeFairBacklog(w io.Writer) error {
+	row := func(b FairBacklogResult) fairRow {
+		return fairRow{key: fmt.Sprintf("%d\t%d", b.Run, b.Backlog), failed: b.Error,
+			figures: fmt.Sprintf("%dx%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f", b.SmallGroups, b.SmallTasks,
+				b.Receipt.P50, b.Receipt.P99, b.Receipt.Max, b.EnqueueAnswer.P99, b.AnswerToStart.P99, b.ClaimGaps.Max,
+				b.BigTurns.P50, b.BigTurns.Max, b.Throughput, b.RoundMs, b.LoadAvg[0])}
+	}
+	return writeFairTable(w, "Fair queue, a backlog beside small groups (small groups' tasks: tasks.created_at → first start;"+
+		" → answer: the enqueue's own time; answer → start: the wait for a pop and the claim's commit; claims' gap: the longest between two claims' commits)",
+		"run\tbacklog\tsmall\tp50 ms\tp99 ms\tmax ms\t→ answer p99\tanswer → start p99\tclaims' gap\tbig's turns p50\tmax\ttasks/s\tround ms\tload1", r.FairBacklog, row)
 }
 
 // writeFairSpread writes the spread part's table, if it ran.
 func (r *Report) writeFairSpread(w io.Writer) error {
-	if len(r.FairSpread) == 0 {
-		return nil
+	row := func(s FairSpreadResult) fairRow {
+		return fairRow{key: fmt.Sprintf("%d\t%d\t%d", s.Run, s.Tasks, s.Groups), failed: s.Error,
+			figures: fmt.Sprintf("%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f",
+				s.SettleSeconds, s.SettleServeSeconds, s.SettlePostgresSeconds, s.SettleRedisSeconds, s.SettleAutovacuumSeconds, s.IdleServeCores,
+				s.IdlePostgresCores, s.IdleRedisCores, s.IdleAutovacuumCores, s.Throughput, s.DrainWait.P50, s.DrainWait.P99,
+				s.ProbeBuffered.P50, s.ProbeBuffered.P99, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])}
 	}
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	fmt.Fprintln(w, "\nFair queue, due tasks in many groups or one (settle: serve's start until the dispatcher and the fold are quiet, CPU-s;"+
-		" idle: steady after it, cores; no worker polls in either; drain wait: workers' start → a task's start; probe: a new group's task during the drain, → buffered and → start)")
-	p("run\ttasks\tgroups\tsettle s\tserve s\tpg s\tredis s\tautovac s\tidle serve\tidle pg\tidle redis\tidle autovac\ttasks/s\twait p50\twait p99\tbuffered p50\tp99\tprobe p50\tprobe p99\tload1\t\n")
-	for _, s := range r.FairSpread {
-		if s.Error != "" {
-			p("%d\t%d\t%d\tfailed: %s\t\n", s.Run, s.Tasks, s.Groups, s.Error)
-			continue
-		}
-		p("%d\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Run, s.Tasks, s.Groups,
-			s.SettleSeconds, s.SettleServeSeconds, s.SettlePostgresSeconds, s.SettleRedisSeconds, s.SettleAutovacuumSeconds, s.IdleServeCores,
-			s.IdlePostgresCores, s.IdleRedisCores, s.IdleAutovacuumCores, s.Throughput, s.DrainWait.P50, s.DrainWait.P99,
-			s.ProbeBuffered.P50, s.ProbeBuffered.P99, s.Probe.P50, s.Probe.P99, s.LoadAvg[0])
-	}
-	return tw.Flush()
+	return writeFairTable(w, "Fair queue, due tasks in many groups or one (settle: serve's start until the dispatcher and the fold are quiet, CPU-s;"+
+		" idle: steady after it, cores; no worker polls in either; drain wait: workers' start → a task's start; probe: a new group's task during the drain, → buffered and → start)",
+		"run\ttasks\tgroups\tsettle s\tserve s\tpg s\tredis s\tautovac s\tidle serve\tidle pg\tidle redis\tidle autovac\ttasks/s\twait p50\twait p99\tbuffered p50\tp99\tprobe p50\tprobe p99\tload1", r.FairSpread, row)
 }
 
 // writeFairE1 writes the e1 part's table, if it ran.
 func (r *Report) writeFairE1(w io.Writer) error {
-	if len(r.FairE1) == 0 {
-		return nil
+	row := func(e FairE1Result) fairRow {
+		return fairRow{key: fmt.Sprintf("%d\t%s", e.Run, e.Layout), failed: e.Error,
+			figures: fmt.Sprintf("%s\t%.0f\t%.0f\t%.2f\t%.1f", e.First, e.Plain.Throughput, e.Fair.Throughput, e.Ratio, e.Plain.LoadAvg[0])}
 	}
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	fmt.Fprintln(w, "\nFair queue with one group against a plain queue, E1's drain, one after the other")
-	p("run\tlayout\tfirst\tplain tasks/s\tfair tasks/s\tfair/plain\tload1\t\n")
-	for _, e := range r.FairE1 {
-		if e.Error != "" {
-			p("%d\t%s\tfailed: %s\t\n", e.Run, e.Layout, e.Error)
-			continue
-		}
-		p("%d\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.1f\t\n", e.Run, e.Layout, e.First, e.Plain.Throughput, e.Fair.Throughput, e.Ratio, e.Plain.LoadAvg[0])
-	}
-	return tw.Flush()
+	return writeFairTable(w, "Fair queue with one group against a plain queue, E1's drain, one after the other",
+		"run\tlayout\tfirst\tplain tasks/s\tfair tasks/s\tfair/plain\tload1", r.FairE1, row)
 }
