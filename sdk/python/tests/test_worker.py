@@ -189,11 +189,35 @@ def test_one_poll_asks_for_free_slots_and_prefetch_room(
 
     monkeypatch.setattr(taskforge.Client, "poll", poll)
     tasks = client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(40)])
-    start_worker(queue, lambda job: None, concurrency=2)  # the default prefetch: the concurrency
+    start_worker(queue, lambda job: None, concurrency=2, prefetch=2)
     for t in tasks:
         assert client.wait_task(queue, t.id, timeout=30).status == "done"
+    # A prefetch set stays: at most two free and two prefetched.
     assert all(n <= 4 and pre <= 2 and not old for n, pre, old in polls), polls
     assert (4, 2, False) in polls, polls  # two free slots and two prefetched, in one poll
+
+
+def test_the_default_prefetch_room_grows_while_handlers_outrun_polls(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[int] = []
+    orig_poll = taskforge.Client.poll
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        asked.append(k.get("max_tasks", 1))
+        return orig_poll(self, *a, **k)
+
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    n = 0
+    for _ in range(4):
+        n += len(client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(250)]))
+    start_worker(queue, lambda job: None, concurrency=2)  # the default prefetch: the concurrency, adapting
+    deadline = time.monotonic() + 60
+    while client.stats(queue).depth.get("done", 0) < n:
+        assert time.monotonic() < deadline, "the tasks were not all done within 60 s"
+        time.sleep(0.05)
+    # Two slots and, by default, two prefetched at first; then up to a full poll.
+    assert 4 < max(asked) <= 100, (max(asked), len(asked))
 
 
 def test_a_server_older_than_prefetch_tasks(

@@ -72,6 +72,8 @@ H = TypeVar("H", bound=Handler)
 DEFAULT_PREFETCH_BELOW = 0.25
 
 _MAX_POLL_TASKS = 100
+# Bounds the adapted prefetch room together with the slots: two full polls.
+_AUTO_PREFETCH_MAX = 2 * _MAX_POLL_TASKS
 _MAX_POLL_WAIT = 30.0
 _FINAL_REPORT_TIMEOUT = 5.0  # how long Run keeps reporting after the grace period
 _LEASE_MARGIN = 0.25  # how long past its estimated expiry a lease is still assumed held
@@ -220,7 +222,12 @@ class Worker:
     ``concurrency`` (10) tasks at once; ``prefetch`` (``concurrency``, at most
     100; 0 = none) tasks claimed beyond the free slots, in the same poll, while
     handlers average under ``prefetch_below`` (0.25 s), so the next task is at
-    hand when one returns (capped queues fill only free slots); ``poll_wait`` (10 s,
+    hand when one returns (capped queues fill only free slots). Left to its
+    default the prefetch room adapts: while polls come back full after the slots
+    ran out of tasks (handlers outrunning polls), it doubles, up to 200 tasks with
+    the slots; it shrinks by a quarter while tasks still wait when a poll comes
+    back, and returns to the default when one comes back short. A value set never
+    moves. ``poll_wait`` (10 s,
     ≤ 30) per long poll; ``shutdown_grace`` (10 s; 0 = hand back at once);
     ``retry_min``/``retry_max`` (0.1 s / 5 s) bound the backoff through outages;
     ``worker_id`` defaults to ``<hostname>-<pid>-<random>``.
@@ -252,6 +259,8 @@ class Worker:
         self.id = worker_id or f"{socket.gethostname() or 'worker'}-{os.getpid()}-{secrets.token_hex(3)}"
         self.concurrency = concurrency
         self.prefetch = min(max(concurrency if prefetch is None else prefetch, 0), _MAX_POLL_TASKS)
+        # The prefetch was left to its default, so its room adapts.
+        self._auto_prefetch = prefetch is None
         self.prefetch_below = prefetch_below
         self.poll_wait = min(max(poll_wait, 0.0), _MAX_POLL_WAIT)
         self.shutdown_grace = max(shutdown_grace, 0.0)
@@ -369,6 +378,14 @@ class _Runner:
         self.hold_timer: threading.Timer | None = None
         self.poll_acks: list[Job] = []
         self.avg_run = 0.0
+        # The prefetch room the next poll may fill. Left to its default (auto_prefetch),
+        # it doubles when a full poll comes back after the slots ran dry while the
+        # queue had work (starved), up to _AUTO_PREFETCH_MAX less the slots; shrinks
+        # by a quarter when one comes back with tasks still waiting; and falls back to
+        # the default when one comes back short (the queue ran dry).
+        self.auto_prefetch = w._auto_prefetch and w.prefetch > 0
+        self.prefetch_now = w.prefetch
+        self.starved = False
 
         # Task threads live for the whole run: starting a thread waits for it to
         # be scheduled, which on a busy box costs more than a short task's poll.
@@ -406,7 +423,7 @@ class _Runner:
         if self.w.prefetch > 0 and 0 < self.avg_run < self.w.prefetch_below:
             # Waiting jobs beyond the slots they will fill are prefetched ones.
             beyond = max(len(self.waiting) + self.running - self.w.concurrency, 0)
-            prefetch = max(self.w.prefetch - beyond, 0)
+            prefetch = max(self.prefetch_now - beyond, 0)
         free = min(free, _MAX_POLL_TASKS)
         return free, min(prefetch, _MAX_POLL_TASKS - free)
 
@@ -475,6 +492,7 @@ class _Runner:
                     continue
                 recv = time.monotonic()
                 with self.cond:
+                    self.adapt_prefetch_locked(len(res.tasks) < asked)
                     self.last_short = len(res.tasks) < asked
                 self.settle_poll_acks(acks, res.acks)
                 b.reset()
@@ -492,6 +510,18 @@ class _Runner:
                 self.stop_hold_locked()
                 acks, self.poll_acks = self.poll_acks, []
             self.ack_alone(acks)
+
+    def adapt_prefetch_locked(self, short: bool) -> None:
+        """Adapts the prefetch room to a poll's answer (see prefetch_now), when it adapts at all."""
+        if not self.auto_prefetch:
+            return
+        if short:
+            self.prefetch_now = self.w.prefetch
+        elif self.starved:
+            self.prefetch_now = min(self.prefetch_now * 2, max(_AUTO_PREFETCH_MAX - self.w.concurrency, self.w.prefetch))
+        elif self.waiting:
+            self.prefetch_now = max(self.prefetch_now - self.prefetch_now // 4, self.w.prefetch)
+        self.starved = False
 
     def stop_hold_locked(self) -> None:
         if self.hold_timer is not None:
@@ -649,6 +679,11 @@ class _Runner:
                         self.hold_timer.daemon = True
                         self.hold_timer.start()
             started = self.start_waiting_locked()
+            if (self.running < self.w.concurrency and not self.waiting and not self.last_short
+                    and not self.handing_back):
+                # A slot idles while the queue has work: the prefetch room did not
+                # last until the next poll's answer.
+                self.starved = True
             self.cond.notify_all()
         self.launch(started)
         return handed
