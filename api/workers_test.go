@@ -912,7 +912,9 @@ func TestPollWhoseWorkerHungUpReleasesItsTasks(t *testing.T) {
 // 2 MiB; a larger one gets a 413 JSON error and neither acks nor claims anything.
 func TestPollBodyBounds(t *testing.T) {
 	t.Parallel()
-	s := testserver.Start(t, testserver.Options{})
+	// The held task's lease must outlast the refused polls, whose multi-MiB bodies take
+	// seconds under -race on a loaded box: the default 5 s let the watchdog reclaim it.
+	s := testserver.Start(t, testserver.Options{Configure: func(c *server.Config) { c.LeaseTimeout = 10 * time.Minute }})
 	s.CreateQueue("q", nil)
 	for i := 0; i < 2; i++ {
 		s.Enqueue("q", map[string]any{"payload": i})
