@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable
@@ -9,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 import taskforge
+import taskforge._http
 import taskforge.worker as worker_module
 from taskforge.errors import InvalidRequest
 
@@ -197,8 +199,45 @@ def test_one_poll_asks_for_free_slots_and_prefetch_room(
     assert (4, 2, False) in polls, polls  # two free slots and two prefetched, in one poll
 
 
+def drain(client: taskforge.Client, queue: str, n: int, start_worker: Start, caplog: pytest.LogCaptureFixture,
+          **settings: Any) -> None:
+    """Enqueues n tasks in batches of 500 and runs a worker with settings and a
+    no-op handler until its handlers have run all n, then stops it at once, while
+    the last acks are still held for a poll or on their way. run returns only
+    once every ack is committed or its failure reported (an ack refused: the lease
+    was lost, say while a busy box delayed it past the 2 s lease), so the queue,
+    read once after it, shows all n done but the ones reported."""
+    caplog.set_level(logging.WARNING, logger="taskforge.worker")
+    for done in range(0, n, 500):
+        client.enqueue_batch(queue, [taskforge.NewTask(payload=done + i) for i in range(min(500, n - done))])
+    lock = threading.Lock()
+    ran: set[str] = set()
+    all_ran = threading.Event()
+
+    def handler(job: taskforge.Job) -> None:
+        with lock:
+            ran.add(job.id)
+            if len(ran) == n:
+                all_ran.set()
+
+    r = start_worker(queue, handler, **settings)
+    assert all_ran.wait(60), f"the handlers ran {len(ran)} of {n} tasks within 60 s"
+    r.stop()
+    done = client.stats(queue).depth.get("done", 0)
+    refused = sum("refused" in rec.getMessage() for rec in caplog.records)
+    assert done + refused == n, (f"{done} of {n} tasks done and {refused} acks reported refused when run returned: "
+                                 "it returned before every ack was committed")
+
+
+def test_run_returns_only_after_every_held_ack_is_committed(
+    client: taskforge.Client, queue: str, start_worker: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    drain(client, queue, 1000, start_worker, caplog, concurrency=8)
+
+
 def test_the_default_prefetch_room_grows_while_handlers_outrun_polls(
-    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     asked: list[int] = []
     orig_poll = taskforge.Client.poll
@@ -208,16 +247,61 @@ def test_the_default_prefetch_room_grows_while_handlers_outrun_polls(
         return orig_poll(self, *a, **k)
 
     monkeypatch.setattr(taskforge.Client, "poll", poll)
-    n = 0
-    for _ in range(4):
-        n += len(client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(250)]))
-    start_worker(queue, lambda job: None, concurrency=2)  # the default prefetch: the concurrency, adapting
-    deadline = time.monotonic() + 60
-    while client.stats(queue).depth.get("done", 0) < n:
-        assert time.monotonic() < deadline, "the tasks were not all done within 60 s"
-        time.sleep(0.05)
+    drain(client, queue, 1000, start_worker, caplog, concurrency=2)  # the default prefetch: the concurrency, adapting
     # Two slots and, by default, two prefetched at first; then up to a full poll.
     assert 4 < max(asked) <= 100, (max(asked), len(asked))
+
+
+class _PollsOut:
+    """The most polls that were out at once, and the most tasks they asked for."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.out = self.out_tasks = 0
+        self.most_polls = self.most_tasks = 0
+        self.polls: list[tuple[int, int]] = []
+
+
+def _polls_out(monkeypatch: pytest.MonkeyPatch) -> _PollsOut:
+    p = _PollsOut()
+    orig_poll = taskforge.Client.poll
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        n = k.get("max_tasks", 1)
+        with p.lock:
+            p.polls.append((n, k.get("prefetch_tasks", 0)))
+            p.out += 1
+            p.out_tasks += n
+            p.most_polls = max(p.most_polls, p.out)
+            p.most_tasks = max(p.most_tasks, p.out_tasks)
+        try:
+            return orig_poll(self, *a, **k)
+        finally:
+            with p.lock:
+                p.out -= 1
+                p.out_tasks -= n
+
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    return p
+
+
+def test_handlers_that_outrun_polls_keep_a_second_poll_out_never_a_third(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    p = _polls_out(monkeypatch)
+    drain(client, queue, 3000, start_worker, caplog, concurrency=16)
+    assert p.most_polls == 2, f"at most {p.most_polls} polls were out at once over {len(p.polls)} polls"
+
+
+def test_a_set_prefetch_polls_out_at_once_never_ask_beyond_slots_and_prefetch(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    p = _polls_out(monkeypatch)
+    drain(client, queue, 500, start_worker, caplog, concurrency=4, prefetch=4)
+    assert all(n <= 8 and pre <= 4 for n, pre in p.polls), p.polls
+    assert p.most_tasks <= 8, f"the polls out at once asked for {p.most_tasks} tasks: beyond 4 slots and a prefetch of 4"
 
 
 def test_a_server_older_than_prefetch_tasks(
@@ -280,11 +364,13 @@ def _count_ack_calls(monkeypatch: pytest.MonkeyPatch) -> _AckCalls:
 def test_held_ack_does_not_wait_behind_a_long_poll(
     client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An ack held for the next poll goes alone when the poll out waits for work.
+    """An ack held for the next poll does not wait behind a poll waiting for work.
 
     The first poll brings both tasks it asked for; the first fails, and its freed
     slot sends a poll without acks that waits up to 30 s; the second task returns
-    while that poll is out, so its ack is held, then goes alone.
+    while that poll is out, so its ack is held up to 50 ms, then goes alone or on a
+    second poll (which, carrying acks, the server answers at once). Either way one
+    request takes it, well before the 30 s poll.
     """
     calls = _count_ack_calls(monkeypatch)
     client.enqueue(queue, "fail")
@@ -299,7 +385,8 @@ def test_held_ack_does_not_wait_behind_a_long_poll(
     start_worker(queue, handler, concurrency=2, poll_wait=30.0)
     # 20 s: well under the 30 s the held ack would wait for that poll.
     assert client.wait_task(queue, t.id, timeout=20).status == "done"
-    assert calls.alone == 1, vars(calls)
+    # The ack's request: an ack alone, or a third poll.
+    assert calls.alone + max(calls.polls - 2, 0) == 1, vars(calls)
 
 
 def test_ack_after_a_short_poll_goes_at_once(
@@ -380,3 +467,46 @@ def test_heartbeats_failing_past_the_lease_stop_the_handler(
     assert isinstance(reasons[0], taskforge.LeaseExpired)
     assert done.status == "done" and done.result == "second"
     assert [a.status for a in done.attempt_history] == ["abandoned", "succeeded"]
+
+
+def test_stop_waits_for_the_answer_of_a_poll_that_carries_acks(
+    client: taskforge.Client, queue: str, start_worker: Start, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stop abandons a long poll, not one that carries acks: the server answers
+    those at once, and an answer the worker did not read leaves the acks' fate
+    unknown. The first poll carrying acks is answered (its acks committed), and its
+    answer is handed over only once shutdown has aborted the polls: as the
+    transport would have failed it, had it been aborted. The worker must not send
+    those acks again (refused: the leases are gone)."""
+    aborted = threading.Event()
+    orig_abort = taskforge._http.Transport.abort_all
+
+    def abort_all(self: taskforge._http.Transport) -> None:
+        orig_abort(self)
+        aborted.set()
+
+    monkeypatch.setattr(taskforge._http.Transport, "abort_all", abort_all)
+    held = threading.Event()
+    carried: list[str] = []
+    orig_poll = taskforge.Client.poll
+
+    def poll(self: taskforge.Client, *a: Any, **k: Any) -> Any:
+        res = orig_poll(self, *a, **k)
+        if k.get("acks") and not held.is_set():
+            carried.extend(item["task_id"] for item in k["acks"])
+            held.set()
+            assert aborted.wait(20), "the worker did not stop"
+            if self._t._closed:
+                raise taskforge.Unavailable(0, "unavailable", "POST /workers/poll: aborted before its answer was read")
+        return res
+
+    monkeypatch.setattr(taskforge.Client, "poll", poll)
+    client.enqueue_batch(queue, [taskforge.NewTask(payload=i) for i in range(20)])
+    r = start_worker(queue, lambda job: None, concurrency=2)
+    assert held.wait(20), "no poll carried acks"
+    caplog.set_level(logging.WARNING, logger="taskforge.worker")
+    r.stop()
+    assert [client.get_task(queue, i).status for i in carried] == ["done"] * len(carried)
+    refused = [rec.getMessage() for rec in caplog.records if "refused" in rec.getMessage()]
+    assert not refused, refused

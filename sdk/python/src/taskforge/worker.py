@@ -3,9 +3,12 @@ client.Worker does (docs/sdk.md, "Worker").
 
 Threads, each with one job:
 
-- the **poller** long-polls for as many tasks as there are free slots (and, while
-  handlers run short, for ``prefetch`` more in the same poll), carrying the acks of handlers that
-  returned while it had nothing to ask for;
+- the **poller** plans long polls for as many tasks as there are free slots (and,
+  while handlers run short, for the prefetch room in the same poll), carrying the
+  acks of handlers that returned meanwhile, and takes in their answers; **poll
+  threads** send them, up to two at once: while handlers outrun a poll's round
+  trip, a second goes out for a room worth it while the first is answered
+  (``_room.PollRoom`` plans them, as the TypeScript and Go SDKs do);
 - the **heartbeater** extends every held lease once per heartbeat interval (the
   one the server advertises, at most half the lease), all in one batch request,
   and notices cancellations, lost leases and task timeouts;
@@ -57,7 +60,9 @@ from .errors import (
     Unavailable,
     WorkerStopping,
 )
-from .types import PolledTask
+from ._room import MAX_POLL_TASKS as _MAX_POLL_TASKS
+from ._room import MAX_POLLS_IN_FLIGHT, PollRoom
+from .types import PolledTask, PollResult
 
 __all__ = ["Worker", "Job", "Handler", "DEFAULT_PREFETCH_BELOW"]
 
@@ -71,9 +76,6 @@ H = TypeVar("H", bound=Handler)
 #: Average handler duration (seconds) under which the worker prefetches.
 DEFAULT_PREFETCH_BELOW = 0.25
 
-_MAX_POLL_TASKS = 100
-# Bounds the adapted prefetch room together with the slots: two full polls.
-_AUTO_PREFETCH_MAX = 2 * _MAX_POLL_TASKS
 _MAX_POLL_WAIT = 30.0
 _FINAL_REPORT_TIMEOUT = 5.0  # how long Run keeps reporting after the grace period
 _LEASE_MARGIN = 0.25  # how long past its estimated expiry a lease is still assumed held
@@ -338,6 +340,33 @@ class Worker:
             raise r.fatal
 
 
+class _PollRequest:
+    """A poll the poller planned: the room it was planned for (want), the tasks
+    it asks for (asked: less against an older server), its prefetch fields, the
+    jobs whose acks it carries, and when it went (monotonic)."""
+
+    __slots__ = ("want", "asked", "shape", "acks", "sent")
+
+    def __init__(self, want: int, asked: int, shape: dict[str, Any], acks: list[Job]) -> None:
+        self.want = want
+        self.asked = asked
+        self.shape = shape
+        self.acks = acks
+        self.sent = 0.0
+
+
+class _Polled:
+    """A poll's answer (res), or its failure (err), received at recv (monotonic)."""
+
+    __slots__ = ("req", "res", "err", "recv")
+
+    def __init__(self, req: _PollRequest, res: PollResult | None, err: BaseException | None, recv: float) -> None:
+        self.req = req
+        self.res = res
+        self.err = err
+        self.recv = recv
+
+
 class _Runner:
     """One run of a Worker: the state shared by its threads, under one lock."""
 
@@ -346,8 +375,12 @@ class _Runner:
         self.id = w.id
         self.c = w.client
         # Polls get a transport of their own, so that shutdown can abandon an open
-        # long poll without touching reports in flight.
+        # long poll without touching reports in flight. Polls that carry acks get
+        # another (apc), which shutdown leaves alone: the server answers them at
+        # once, and an answer not read would leave the acks' fate unknown (sent
+        # again, they may be refused as lost leases, and the tasks run again).
         self.pc = Client(w.client.url, token=w.client._token, timeout=_REPORT_TIMEOUT)
+        self.apc = Client(w.client.url, token=w.client._token, timeout=_REPORT_TIMEOUT)
         self.handlers = dict(w._handlers)
         self.queues = list(w._queues)
         self.fatal: BaseException | None = None
@@ -363,29 +396,28 @@ class _Runner:
         self.poller_idle = False
         self.poller_gone = False
         # A handler's ack waits for the next poll (poll_acks): the one its freed
-        # slot sets off when the poller is idle, else the one after the poll out
-        # (poll_out), for at most _POLL_ACK_HOLD (hold_timer): the poll out may be
-        # waiting for work. Serve commits a poll's acks with its claim. A poll that
-        # carries acks (ack_poll_out) is answered at once; after a poll that brought
-        # fewer tasks than it asked for (last_short) the queue has run dry, the poll
-        # out is likely waiting for work, and an ack goes at once instead.
-        self.poll_out = False
-        self.ack_poll_out = False
-        self.last_short = False
+        # slot sets off when the poller is idle, else the one after the polls out,
+        # for at most _POLL_ACK_HOLD (hold_timer): a poll out may be waiting for
+        # work. Serve commits a poll's acks with its claim. A poll that carries acks
+        # (ack_polls_out) is answered at once; after a poll that brought fewer tasks
+        # than it asked for (room.last_short) the queue has run dry, a poll out is
+        # likely waiting for work, and an ack goes at once instead.
+        self.ack_polls_out = 0
         # The server refused prefetch_tasks (older than the field): free slots and
         # prefetch room go in separate polls. Only the poller touches it.
         self.old_server = False
         self.hold_timer: threading.Timer | None = None
         self.poll_acks: list[Job] = []
-        self.avg_run = 0.0
-        # The prefetch room the next poll may fill. Left to its default (auto_prefetch),
-        # it doubles when a full poll comes back after the slots ran dry while the
-        # queue had work (starved), up to _AUTO_PREFETCH_MAX less the slots; shrinks
-        # by a quarter when one comes back with tasks still waiting; and falls back to
-        # the default when one comes back short (the queue ran dry).
-        self.auto_prefetch = w._auto_prefetch and w.prefetch > 0
-        self.prefetch_now = w.prefetch
-        self.starved = False
+        # What the next poll asks for, whether it goes now, how many polls are out
+        # (up to two: a second goes while handlers outrun the first's round trip),
+        # and the prefetch room (see _room.PollRoom).
+        self.room = PollRoom(w.concurrency, w.prefetch, w.prefetch_below, w._auto_prefetch)
+        # Polls go out from poll threads (one per poll out, kept for the run);
+        # their answers wait here for the poller.
+        self.pollq: queue.SimpleQueue[_PollRequest | None] = queue.SimpleQueue()
+        self.poll_threads: list[threading.Thread] = []
+        self.idle_poll_threads = 0
+        self.answers: list[_Polled] = []
 
         # Task threads live for the whole run: starting a thread waits for it to
         # be scheduled, which on a busy box costs more than a short task's poll.
@@ -415,95 +447,34 @@ class _Runner:
 
     # --- polling -----------------------------------------------------------------
 
-    def poll_size_locked(self) -> tuple[int, int]:
-        """The free slots and, while handlers run short, the prefetch room left, for
-        one poll (at most 100 in all, free slots first)."""
-        free = max(self.w.concurrency - self.running - len(self.waiting), 0)
-        prefetch = 0
-        if self.w.prefetch > 0 and 0 < self.avg_run < self.w.prefetch_below:
-            # Waiting jobs beyond the slots they will fill are prefetched ones.
-            beyond = max(len(self.waiting) + self.running - self.w.concurrency, 0)
-            prefetch = max(self.prefetch_now - beyond, 0)
-        free = min(free, _MAX_POLL_TASKS)
-        return free, min(prefetch, _MAX_POLL_TASKS - free)
-
     def poll_loop(self) -> None:
+        """The poller: plans polls (up to MAX_POLLS_IN_FLIGHT out at once), hands
+        them to poll threads, and takes in their answers, until the run stops or
+        the server refuses the poll itself; then waits for the polls out (shutdown
+        aborts them) and hands the acks it held to the sender."""
         b = _Backoff(self.w.retry_min, self.w.retry_max)
         try:
             while True:
+                req: _PollRequest | None = None
+                acks: list[Job] = []
                 with self.cond:
-                    if self.poll_stop:
-                        break
-                    free, prefetch = self.poll_size_locked()
-                    want = free + prefetch
-                    self.poller_idle = want <= 0
-                    self.poll_out = want > 0
-                    self.stop_hold_locked()
-                    acks, self.poll_acks = self.poll_acks, []
-                    self.ack_poll_out = self.poll_out and bool(acks)
-                    if want <= 0 and not acks:
-                        self.cond.wait()
-                        continue
-                if want <= 0:
+                    a = self.answers.pop(0) if self.answers else None
+                    if a is None:
+                        if self.poll_stop or self.fatal is not None:
+                            if self.room.in_flight == 0:
+                                break
+                            self.cond.wait()
+                            continue
+                        req, acks = self.plan_poll_locked()
+                        if req is None and not acks:
+                            self.cond.wait()
+                            continue
+                if a is not None:
+                    self.settle(a, b)
+                elif req is not None:
+                    self.send_poll(req)
+                else:
                     self.ack_alone(acks)
-                    continue
-                sent = time.monotonic()
-                # Free slots and prefetch room in one poll; against a server older
-                # than prefetch_tasks, the free slots while there are any, else the
-                # prefetch room.
-                asked = want
-                shape: dict[str, Any] = {"prefetch_tasks": prefetch}
-                if self.old_server:
-                    asked, shape = (free, {}) if free > 0 else (prefetch, {"prefetch": True})
-                try:
-                    try:
-                        res = self.pc.poll(self.id, self.queues, max_tasks=asked,
-                                           wait_ms=int(self.w.poll_wait * 1000), **shape,
-                                           acks=[self.ack_item(j) for j in acks] or None)
-                    finally:
-                        with self.cond:
-                            self.poll_out = False
-                except APIError as e:
-                    self.settle_poll_acks(acks, None)
-                    if self.poll_stop:
-                        break
-                    if isinstance(e, InvalidRequest) and shape.get("prefetch_tasks") and not self.old_server:
-                        # A server older than prefetch_tasks refuses the field (and
-                        # acked nothing): poll as before.
-                        self.old_server = True
-                        log.warning("worker %s: the server refused a poll with prefetch_tasks; polling as for an older server: %s",
-                                    self.id, e)
-                        continue
-                    if isinstance(e, (InvalidRequest, NotFound, MethodNotAllowed)):
-                        self.fatal = e
-                        self.w._wake.set()
-                        break
-                    d = b.next()
-                    log.warning("worker %s: poll failed; retrying in %.2fs: %s", self.id, d, e)
-                    self.sleep_unless_stopping(d)
-                    continue
-                except Exception:  # noqa: BLE001 - an answer this SDK cannot read: keep polling
-                    self.settle_poll_acks(acks, None)
-                    if self.poll_stop:
-                        break
-                    d = b.next()
-                    log.exception("worker %s: poll failed; retrying in %.2fs", self.id, d)
-                    self.sleep_unless_stopping(d)
-                    continue
-                recv = time.monotonic()
-                with self.cond:
-                    self.adapt_prefetch_locked(len(res.tasks) < asked)
-                    self.last_short = len(res.tasks) < asked
-                self.settle_poll_acks(acks, res.acks)
-                b.reset()
-                for t in res.tasks:
-                    try:
-                        self.start_job(t, recv, res.date)
-                    except Exception:  # noqa: BLE001 - the task's lease expires and it runs again
-                        log.exception("worker %s: could not start task %s", self.id, t.id)
-                if not res.tasks and res.retry_after > 0 and recv - sent < self.w.poll_wait / 2:
-                    # A rate limit holds the work back and the server answered early.
-                    self.sleep_unless_stopping(min(res.retry_after, self.w.poll_wait))
         finally:
             with self.cond:
                 self.poller_gone = True
@@ -511,27 +482,139 @@ class _Runner:
                 acks, self.poll_acks = self.poll_acks, []
             self.ack_alone(acks)
 
-    def adapt_prefetch_locked(self, short: bool) -> None:
-        """Adapts the prefetch room to a poll's answer (see prefetch_now), when it adapts at all."""
-        if not self.auto_prefetch:
+    def plan_poll_locked(self) -> tuple[_PollRequest | None, list[Job]]:
+        """The next poll, carrying the acks held for it; or, when no poll goes now,
+        the acks to send alone, if any (others stay held for the next poll, within
+        _POLL_ACK_HOLD). A poll that goes counts as out from here."""
+        p = self.room.plan(self.running, len(self.waiting))
+        self.poller_idle = not p.go and self.room.in_flight == 0 and not self.room.deferred
+        if not (p.go or p.acks_alone):
+            if self.poll_acks and self.hold_timer is None:
+                self.start_hold_locked()
+            return None, []
+        self.stop_hold_locked()
+        acks, self.poll_acks = self.poll_acks, []
+        if not p.go:
+            return None, acks
+        want = p.free + p.prefetch
+        # Free slots and prefetch room in one poll; against a server older than
+        # prefetch_tasks, the free slots while there are any, else the prefetch room.
+        asked = want
+        shape: dict[str, Any] = {"prefetch_tasks": p.prefetch}
+        if self.old_server:
+            asked, shape = (p.free, {}) if p.free > 0 else (p.prefetch, {"prefetch": True})
+        self.room.sent(want)
+        if acks:
+            self.ack_polls_out += 1
+        return _PollRequest(want, asked, shape, acks), []
+
+    def send_poll(self, req: _PollRequest) -> None:
+        """Hands req to an idle poll thread, starting one when none is idle."""
+        req.sent = time.monotonic()
+        self.pollq.put(req)
+        with self.lock:
+            spawn = self.idle_poll_threads == 0
+            if not spawn:
+                self.idle_poll_threads -= 1
+        if spawn:
+            t = threading.Thread(target=self.poll_thread, name="taskforge-poll", daemon=True)
+            self.poll_threads.append(t)
+            t.start()
+
+    def poll_thread(self) -> None:
+        """Sends the polls it is handed, one at a time, each answer (or failure)
+        to the poller."""
+        while True:
+            req = self.pollq.get()
+            if req is None:
+                return
+            res: PollResult | None = None
+            err: BaseException | None = None
+            try:
+                c = self.apc if req.acks else self.pc
+                res = c.poll(self.id, self.queues, max_tasks=req.asked, wait_ms=int(self.w.poll_wait * 1000),
+                             **req.shape, acks=[self.ack_item(j) for j in req.acks] or None)
+            except Exception as e:  # noqa: BLE001 - the poller decides
+                err = e
+            recv = time.monotonic()
+            with self.cond:
+                if req.acks:
+                    self.ack_polls_out -= 1
+                self.answers.append(_Polled(req, res, err, recv))
+                self.idle_poll_threads += 1
+                self.cond.notify_all()
+
+    def settle(self, a: _Polled, b: _Backoff) -> None:
+        """Takes in a poll's answer: the acks it carried are settled, what it
+        claimed starts or waits for a slot. A refusal of the poll itself ends the
+        run (fatal); a failure the worker can retry is waited out (backoff b), as
+        is a rate limit's hold."""
+        req, res, err = a.req, a.res, a.err
+        self.settle_poll_acks(req.acks, res.acks if res is not None else None)
+        if res is None:
+            with self.cond:
+                self.room.failed(req.want)
+            if self.poll_stop:
+                return
+            if isinstance(err, InvalidRequest) and req.shape.get("prefetch_tasks") and not self.old_server:
+                # A server older than prefetch_tasks refuses the field (and acked
+                # nothing): poll as before.
+                self.old_server = True
+                log.warning("worker %s: the server refused a poll with prefetch_tasks; polling as for an older server: %s",
+                            self.id, err)
+                return
+            if isinstance(err, (InvalidRequest, NotFound, MethodNotAllowed)):
+                if self.fatal is None:
+                    self.fatal = err
+                self.w._wake.set()
+                return
+            d = b.next()
+            if isinstance(err, APIError):
+                log.warning("worker %s: poll failed; retrying in %.2fs: %s", self.id, d, err)
+            else:  # an answer this SDK cannot read: keep polling
+                log.error("worker %s: poll failed; retrying in %.2fs", self.id, d, exc_info=err)
+            self.flush_poll_acks()
+            self.sleep_unless_stopping(d)
             return
-        if short:
-            self.prefetch_now = self.w.prefetch
-        elif self.starved:
-            self.prefetch_now = min(self.prefetch_now * 2, max(_AUTO_PREFETCH_MAX - self.w.concurrency, self.w.prefetch))
-        elif self.waiting:
-            self.prefetch_now = max(self.prefetch_now - self.prefetch_now // 4, self.w.prefetch)
-        self.starved = False
+        b.reset()
+        with self.cond:
+            self.room.answered(req.want, len(res.tasks) < req.asked, len(self.waiting))
+        for t in res.tasks:
+            try:
+                self.start_job(t, a.recv, res.date)
+            except Exception:  # noqa: BLE001 - the task's lease expires and it runs again
+                log.exception("worker %s: could not start task %s", self.id, t.id)
+        if not res.tasks and res.retry_after > 0 and a.recv - req.sent < self.w.poll_wait / 2:
+            # A rate limit holds the work back and the server answered early.
+            self.flush_poll_acks()
+            self.sleep_unless_stopping(min(res.retry_after, self.w.poll_wait))
+
+    def start_hold_locked(self) -> None:
+        self.hold_timer = threading.Timer(_POLL_ACK_HOLD, self.hold_ended)
+        self.hold_timer.daemon = True
+        self.hold_timer.start()
 
     def stop_hold_locked(self) -> None:
         if self.hold_timer is not None:
             self.hold_timer.cancel()
             self.hold_timer = None
 
-    def flush_held(self) -> None:
-        """Sends the acks held for a poll that did not come within _POLL_ACK_HOLD alone."""
+    def hold_ended(self) -> None:
+        """The hold of acks ran out. While the poller waits for room worth a poll
+        (and a second poll may go), the acks go with a poll now, whatever its
+        size; else alone."""
         with self.cond:
             self.hold_timer = None
+            if self.room.deferred and self.room.in_flight < MAX_POLLS_IN_FLIGHT and not self.poller_gone:
+                self.room.force_poll = True
+                self.cond.notify_all()
+                return
+        self.flush_poll_acks()
+
+    def flush_poll_acks(self) -> None:
+        """Sends the acks held for the next poll alone: no poll follows at once."""
+        with self.cond:
+            self.stop_hold_locked()
             acks, self.poll_acks = self.poll_acks, []
         self.ack_alone(acks)
 
@@ -661,29 +744,36 @@ class _Runner:
         self.done(j)
 
     def handler_returned(self, j: Job, ran: float, ack_by_poll: bool) -> bool:
+        """Frees j's slot while its outcome is reported, starts the next waiting
+        task in it, and folds the handler's duration into the average that decides
+        whether to prefetch. When ack_by_poll is set and a poll is coming (the
+        poller is idle, so the freed slot sets one off; or a poll is out or
+        deferred, and either carries acks or the queue had work), j's ack is held
+        for it and this returns True."""
         handed = False
         with self.cond:
-            if ran > 0:
-                self.avg_run = ran if self.avg_run == 0 else self.avg_run + (ran - self.avg_run) / 5
+            self.room.ran(ran)
             if j in self.active and j.state == _RUNNING:
                 j.state = _REPORTING
                 self.running -= 1
                 self.reporting += 1
-                poll_coming = self.poller_idle or (self.poll_out and (self.ack_poll_out or not self.last_short))
+                room = self.room
+                poll_coming = self.poller_idle or (
+                    (room.in_flight > 0 or room.deferred) and (self.ack_polls_out > 0 or not room.last_short))
                 if (ack_by_poll and poll_coming and not self.poller_gone
                         and len(self.poll_acks) < _MAX_POLL_TASKS):
                     self.poll_acks.append(j)
                     handed = True
-                    if self.poll_out and self.hold_timer is None:
-                        self.hold_timer = threading.Timer(_POLL_ACK_HOLD, self.flush_held)
-                        self.hold_timer.daemon = True
-                        self.hold_timer.start()
+                    if not self.poller_idle and self.ack_polls_out == 0 and self.hold_timer is None:
+                        # The poll out may wait for work, or the poller for room:
+                        # do not hold the ack for long.
+                        self.start_hold_locked()
             started = self.start_waiting_locked()
-            if (self.running < self.w.concurrency and not self.waiting and not self.last_short
+            if (self.running < self.w.concurrency and not self.waiting and not self.room.last_short
                     and not self.handing_back):
                 # A slot idles while the queue has work: the prefetch room did not
                 # last until the next poll's answer.
-                self.starved = True
+                self.room.starved = True
             self.cond.notify_all()
         self.launch(started)
         return handed
@@ -922,7 +1012,7 @@ class _Runner:
         with self.cond:
             self.poll_stop = True
             self.cond.notify_all()
-        self.pc._t.abort_all()  # abandon an open long poll
+        self.pc._t.abort_all()  # abandon an open long poll (not one carrying acks: see apc)
         self.poller.join(timeout=_FINAL_REPORT_TIMEOUT)
         with self.cond:
             self.cond.wait_for(lambda: not self.active, timeout=self.w.shutdown_grace)
@@ -950,7 +1040,10 @@ class _Runner:
         self.hb_pool.shutdown(wait=False, cancel_futures=True)
         for _ in list(self.task_threads):
             self.jobq.put(None)
+        for _ in list(self.poll_threads):
+            self.pollq.put(None)
         self.pc.close()
+        self.apc.close()
 
     def hand_back(self, j: Job, why: str) -> None:
         reason = f"worker {self.id} shut down {why}; handed back for another worker"
