@@ -306,12 +306,15 @@ export class Worker {
   /**
    * Polls and runs tasks until signal aborts, then shuts down gracefully: it stops
    * polling (an open long poll is abandoned; the server hands back what it claimed
-   * for it), waits up to `shutdownGraceMs` for running handlers (and prefetched
-   * tasks) to finish and be reported, then aborts the handlers still running
-   * ({@link WorkerStoppingError}) and releases their tasks and the prefetched ones
-   * not started, so another worker takes them at once. A released attempt does not
-   * spend the task's retry budget. Resolves after those reports (at most about 5 s
-   * past the grace, even if the server is gone or a handler ignores its signal);
+   * for it; a poll carrying acks, which the server answers at once, is waited for),
+   * sends the acks it held for the next poll, waits up to `shutdownGraceMs` for
+   * running handlers (and prefetched tasks) to finish and be reported, then aborts
+   * the handlers still running ({@link WorkerStoppingError}) and releases their
+   * tasks and the prefetched ones not started, so another worker takes them at once.
+   * A released attempt does not spend the task's retry budget. Resolves after every
+   * ack is committed (its answer received) or its failure logged, and those
+   * releases (at most about 5 s past the grace, even if the server is gone or a
+   * handler ignores its signal);
    * rejects when no handler is registered, the worker already runs, or the server
    * rejects the poll as invalid.
    */
@@ -453,7 +456,11 @@ class Run {
     this.#room.sent(want);
     if (acks.length > 0) this.#ackPollsOut++;
     const sent = Date.now();
-    const t = withTimeout(stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
+    // A stop abandons a poll waiting for work, not one carrying acks: the server
+    // answers those at once, and an answer not read would leave the acks' fate
+    // unknown (sent again, they may be refused as lost leases, and the tasks run
+    // again). Such a poll ends only when the run gives up on its reports.
+    const t = withTimeout(acks.length > 0 ? this.#bg.signal : stop, this.#o.pollWaitMs + REPORT_TIMEOUT_MS);
     const answered = (a: Polled) => {
       t.dispose();
       if (acks.length > 0) this.#ackPollsOut--;
