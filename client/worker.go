@@ -254,12 +254,16 @@ func (w *Worker) Handle(queue string, h HandlerFunc) {
 }
 
 // Run polls and runs tasks until ctx is cancelled, then shuts down gracefully: it
-// stops polling, waits up to ShutdownGrace for running handlers (and the tasks it
+// stops polling (a poll waiting for work is abandoned; one carrying acks, which
+// the server answers at once, is waited for), sends the acks it held for the next
+// poll, waits up to ShutdownGrace for running handlers (and the tasks it
 // prefetched) to finish and report, then cancels the handlers still running (cause
 // ErrWorkerStopping) and releases their tasks, and the prefetched tasks not
 // started, so that another worker takes them at once (Client.Release: the attempt
 // is recorded as released and does not spend the task's retry budget; a server
 // without the release endpoint gets a retryable nack with no delay instead).
+// Run returns once every ack is committed (its answer received) or its failure
+// logged, and those releases are done, at most about 5 s past the grace period.
 // Run returns nil after a shutdown, even if some handler ignores its context; it
 // returns an error when the configuration is invalid, when no handler is
 // registered, when it is already running, or when the server rejects the

@@ -62,9 +62,19 @@ type polled struct {
 	err  error
 }
 
-// sendPoll sends the poll that asks for p and hands its answer to answers.
+// sendPoll sends the poll that asks for p and hands its answer to answers. Run's
+// end (ctx) abandons a poll waiting for work, not one carrying acks: the server
+// answers those at once, and an answer not read would leave the acks' fate
+// unknown (sent again, they may be refused as lost leases, and the tasks run
+// again). Such a poll ends only when Run gives up on its reports (r.bg), bounded
+// as a report is.
 func (r *runner) sendPoll(ctx context.Context, p pollPlan, answers chan<- polled) {
 	a := polled{want: p.want, req: r.pollRequest(p), acks: p.acks, sent: time.Now()}
+	if len(p.acks) > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(r.bg, r.cfg.PollWait+10*time.Second)
+		defer cancel()
+	}
 	a.res, a.date, a.err = r.c.poll(ctx, a.req)
 	a.recv = r.clock.Now()
 	answers <- a

@@ -1,14 +1,18 @@
 package clienttest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/taskforge/taskforge/client"
 	"github.com/taskforge/taskforge/internal/testenv"
+	"github.com/taskforge/taskforge/internal/testserver"
 	"github.com/taskforge/taskforge/internal/testsignal"
 	"github.com/taskforge/taskforge/server"
 )
@@ -389,5 +394,167 @@ func TestWorkerCutOffPastLeaseStopsHandler(t *testing.T) {
 	got := waitTask(t, direct, "q", task.ID, 10*time.Second, "task done on a second attempt", status(client.StatusDone))
 	if h := got.AttemptHistory; len(h) != 2 || h[0].Status != client.AttemptAbandoned || h[1].WorkerID != "w-cutoff" {
 		t.Fatalf("attempts %+v", h)
+	}
+}
+
+// TestWorkerRunReturnsAfterHeldAcksCommit: Run returns only once every ack it
+// held (for the next poll, or queued behind a batch in flight) is committed. The
+// worker is stopped the moment its handlers have run every task, when the last
+// acks are still held or on their way, and the queue is read once after Run
+// returns: every task is done, with no waiting for it.
+func TestWorkerRunReturnsAfterHeldAcksCommit(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	c, _ := pollLogServer(t, false, client.QueueSettings{})
+	for done := 0; done < n; done += 500 {
+		enqueueTogether(t, c, slices.Repeat([]string{"quick"}, min(500, n-done))...)
+	}
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	all := make(chan struct{}) // closed when the handlers have run every task
+	w := client.NewWorker(c, workerConfig("w-flush", 16))
+	w.Handle("q", func(_ context.Context, job *client.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ran[job.ID] {
+			ran[job.ID] = true
+			if len(ran) == n {
+				close(all)
+			}
+		}
+		return nil
+	})
+	r := start(t, w)
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the handlers ran %d of %d tasks within 60 s", len(ran), n)
+	}
+	if _, err := r.stop(t, 30*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := must[*client.Stats](t)(c.Stats(context.Background(), "q"))
+	if got := st.Depth[client.StatusDone]; got != n {
+		t.Fatalf("after Run returned, %d of %d tasks were done: Run returned before every ack was committed (depth %v)", got, n, st.Depth)
+	}
+}
+
+// holdAckPoll hands the answer of the first poll carrying acks (answered by the
+// server, its acks committed) to the worker only once released is closed, unless
+// the poll's context ended first, as an aborted request would have.
+type holdAckPoll struct {
+	next     http.RoundTripper
+	held     chan struct{} // closed when the first poll carrying acks was answered
+	released chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	carried  []string
+}
+
+func (h *holdAckPoll) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.URL.Path == "/workers/poll" && r.Body != nil {
+		var err error
+		if body, err = io.ReadAll(r.Body); err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := h.next.RoundTrip(r)
+	if err != nil || body == nil {
+		return resp, err
+	}
+	var req struct {
+		Acks []struct {
+			TaskID string `json:"task_id"`
+		} `json:"acks"`
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.Acks) == 0 {
+		return resp, nil
+	}
+	first := false
+	h.once.Do(func() {
+		first = true
+		h.mu.Lock()
+		for _, a := range req.Acks {
+			h.carried = append(h.carried, a.TaskID)
+		}
+		h.mu.Unlock()
+		close(h.held)
+	})
+	if !first {
+		return resp, nil
+	}
+	<-h.released
+	if err := r.Context().Err(); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// lockedBuffer is a log sink for a worker's logger.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWorkerStopWaitsForAPollCarryingAcks: a stop abandons a poll waiting for
+// work, not one carrying acks, which the server answers at once. The first poll
+// carrying acks is answered (its acks committed), and its answer is handed to the
+// worker only after Run's context was cancelled: unless that cancelled it, the
+// worker reads it. Had it been abandoned, the acks' fate unknown, the worker would
+// send them again, and they would be refused: the leases are gone.
+func TestWorkerStopWaitsForAPollCarryingAcks(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	h := &holdAckPoll{next: http.DefaultTransport, held: make(chan struct{}), released: make(chan struct{})}
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{Transport: h}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must[*client.Queue](t)(c.CreateQueue(ctx, "q", client.QueueSettings{}))
+	enqueueTogether(t, c, slices.Repeat([]string{"quick"}, 20)...)
+	var logs lockedBuffer
+	cfg := workerConfig("w-stop-acks", 2)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	w := client.NewWorker(c, cfg)
+	w.Handle("q", func(context.Context, *client.Job) error { return nil })
+	r := start(t, w)
+	select {
+	case <-h.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no poll carried acks within 20 s")
+	}
+	r.cancel()
+	close(h.released)
+	if _, err := r.stop(t, 30*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	h.mu.Lock()
+	carried := h.carried
+	h.mu.Unlock()
+	for _, id := range carried {
+		if task := must[*client.Task](t)(c.GetTask(ctx, "q", id)); task.Status != client.StatusDone {
+			t.Errorf("task %s whose ack the poll carried is %s", id, task.Status)
+		}
+	}
+	if strings.Contains(logs.String(), "refused") {
+		t.Fatalf("the acks of the poll out at the stop went again and were refused:\n%s", logs.String())
 	}
 }
