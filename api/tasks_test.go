@@ -348,3 +348,50 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("ack after cancel request: %s", done.Status)
 	}
 }
+
+// TestAttemptsOfAnExecutingTask: GET of an executing task lists its current attempt
+// (read from the task row: the claim writes no attempt row, migration 0033), and
+// after a nack, a retry and an ack the history is complete, in order, and each
+// outcome is counted once in the queue's stats.
+func TestAttemptsOfAnExecutingTask(t *testing.T) {
+	t.Parallel()
+	s := testserver.Start(t, testserver.Options{})
+	s.CreateQueue("q", nil)
+	task := s.Enqueue("q", map[string]any{"payload": 1})
+
+	wantHistory := func(what string, statuses ...string) {
+		t.Helper()
+		h := s.Task("q", task.ID).AttemptHistory
+		ok := len(h) == len(statuses)
+		for i := 0; ok && i < len(h); i++ {
+			ok = h[i].Attempt == i+1 && h[i].Status == statuses[i] && h[i].WorkerID == "w" &&
+				(statuses[i] == "executing") == (h[i].FinishedAt == nil)
+		}
+		if !ok {
+			t.Fatalf("%s: attempt history %+v, want %v", what, h, statuses)
+		}
+	}
+	p := s.Poll("w", []string{"q"}, 1, 5000)
+	if len(p) != 1 {
+		t.Fatalf("poll: %+v", p)
+	}
+	wantHistory("executing", "executing")
+	s.Nack("w", p[0], "boom", map[string]any{"retry_after_ms": 0})
+	wantHistory("after the nack", "failed")
+	if p = s.Poll("w", []string{"q"}, 1, 5000); len(p) != 1 {
+		t.Fatalf("poll of the retry: %+v", p)
+	}
+	wantHistory("the retry", "failed", "executing")
+	s.Ack("w", p[0])
+	wantHistory("done", "failed", "succeeded")
+
+	var st struct {
+		ErrorRate        float64 `json:"error_rate"`
+		ThroughputPerSec float64 `json:"throughput_per_sec"`
+	}
+	s.Must(200, "GET", "/queues/q/stats", nil).JSON(t, &st)
+	// One failed of two finished attempts, each counted once.
+	if st.ErrorRate != 0.5 || st.ThroughputPerSec <= 0 {
+		t.Fatalf("stats: %+v, want error rate 0.5", st)
+	}
+}

@@ -14,10 +14,13 @@
 -- 94cee95).
 --
 -- The acked task moves into history in this statement (migration 0023): deleted from
--- tasks and inserted into task_history as done, its attempts likewise, rather than
--- updated in tasks for the move trigger to delete and insert again; an update of
--- tasks' status would write an entry into each of its indexes first. The attempt's
--- outcome is counted here on any connection (no update of attempts for the trigger).
+-- tasks and inserted into task_history as done, its ended attempts likewise, rather
+-- than updated in tasks for the move trigger to delete and insert again; an update of
+-- tasks' status would write an entry into each of its indexes first. The attempt that
+-- succeeded is written into attempt_history from the task row (migration 0033: the
+-- claim wrote no row), unless a replica of the previous release wrote its row at the
+-- claim, which then moves as succeeded. Its outcome is counted here on any connection
+-- (no update of attempts for the trigger), once per acked task.
 --
 -- Parameters:
 --   $1 uuid[]: the id of each row
@@ -46,8 +49,9 @@ WITH input AS (
 ), history AS (
 	INSERT INTO task_history SELECT * FROM acked
 ), gone AS (
-	-- its attempts leave with it (before the cascade of the delete would take them),
-	-- the current one succeeded
+	-- its ended attempts leave with it (no foreign key deletes them: migration 0033),
+	-- and the current one's row, succeeded, when a replica of the previous release
+	-- wrote one at the claim
 	DELETE FROM attempts a USING acked
 	WHERE a.task_id = acked.id
 	RETURNING a.task_id, a.attempt, a.queue, a.worker_id, a.lease_token,
@@ -60,8 +64,14 @@ WITH input AS (
 	SELECT task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at, error,
 		'done', task_finished_at
 	FROM gone
+	UNION ALL
+	-- the attempt that succeeded, from the task row
+	SELECT id, attempts, queue, claimed_by, lease_token, 'succeeded',
+		coalesce(attempt_started_at, heartbeat_at, finished_at), finished_at, NULL, 'done', finished_at
+	FROM acked WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.task_id = acked.id AND gone.current)
 ), recorded AS (
-	SELECT queue, finished_at FROM gone WHERE current
+	-- one succeeded attempt per acked task, whichever row holds it
+	SELECT queue, finished_at FROM acked
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT queue, metric, bucket, sum(n) FROM (

@@ -1,6 +1,6 @@
 -- name: ack_tasks
 -- ack_tasks acks a batch: each input row whose lease is held marks its task done and
--- its attempt succeeded (the acked and recorded CTEs). Rows whose lease is not held
+-- its attempt succeeded (the acked, recorded and written CTEs). Rows whose lease is not held
 -- change nothing and are simply absent from the result. The dependents of workflow
 -- steps it finishes are unblocked in the same statement (the workflow cascade of done
 -- steps).
@@ -34,9 +34,32 @@ WITH input AS (
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
 	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
 ), recorded AS (
+	-- a row that a replica of the previous release wrote at the claim is ended in
+	-- place (attempts_tally_update counts it, but on a hot-path connection), and
+	-- moves into history with the task
 	UPDATE attempts a SET status = 'succeeded', finished_at = coalesce($5::timestamptz, now())
-	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts
+	FROM acked WHERE a.task_id = acked.id AND a.attempt = acked.attempts AND a.status = 'executing'
 	RETURNING a.queue, a.finished_at
+), written AS (
+	-- otherwise the attempt that succeeded goes from the task row straight into
+	-- history (migration 0033), where the move trigger puts the task's ended attempts
+	INSERT INTO attempt_history (task_id, attempt, queue, worker_id, lease_token, status, started_at,
+		finished_at, error, task_status, task_finished_at)
+	SELECT acked.id, acked.attempts, acked.queue, acked.claimed_by, acked.lease_token, 'succeeded',
+		coalesce(acked.attempt_started_at, acked.heartbeat_at, acked.finished_at), acked.finished_at, NULL,
+		'done', acked.finished_at
+	FROM acked
+	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = acked.id AND a.attempt = acked.attempts)
+	RETURNING queue, finished_at
+), tallied AS (
+	-- each succeeded attempt once: the rows written here, and those ended in place
+	-- when no trigger counts them
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT queue, 'attempt:succeeded', date_bin('10 seconds', finished_at, 'epoch'), count(*)
+	FROM (SELECT queue, finished_at FROM written
+		UNION ALL
+		SELECT queue, finished_at FROM recorded WHERE tally_written_inline()) e
+	GROUP BY 1, 3
 ), step_effects AS MATERIALIZED (
 	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps
 		FROM acked WHERE workflow_id IS NOT NULL) s

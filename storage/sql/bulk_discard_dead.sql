@@ -1,7 +1,8 @@
 -- name: bulk_discard_dead
 -- bulk_discard_dead deletes up to $4 dead tasks of queue $1: those among $2, or any
 -- when $3, live ones (tasks) first, then ones in history (task_history). Their
--- attempts go with them (ON DELETE CASCADE from tasks; from attempt_history here),
+-- attempts go with them (from attempts and attempt_history here: no foreign key
+-- cascades since migration 0033),
 -- their idempotency keys with them, or, within their queue's idempotency window,
 -- reserved until it ends (0022).
 --
@@ -24,6 +25,8 @@ WITH live_doomed AS (
 ), live AS (
 	DELETE FROM tasks t USING live_doomed WHERE t.id = live_doomed.id
 	RETURNING t.id, t.idempotency_key
+), live_attempts AS (
+	DELETE FROM attempts a USING live WHERE a.task_id = live.id
 ), old AS (
 	DELETE FROM task_history t
 	WHERE t.status = 'dead' AND t.id = ANY (ARRAY(SELECT id FROM old_doomed))

@@ -1,7 +1,9 @@
 -- name: claim_tasks
 -- claim_tasks turns buffered ids that are still 'claimed' into executing tasks, each
 -- for the worker given with it ($1 ids, $2 worker ids), with a fresh lease of $3 ms
--- from $4 (NULL: now()), and records each new attempt, in one statement. Ids no longer
+-- from $4 (NULL: now()), in one statement. The new attempt is the task row's (attempts,
+-- claimed_by, lease_token, attempt_started_at): no attempt row is written until the
+-- attempt ends (migration 0033; all_attempts reads it from the task). Ids no longer
 -- claimable (cancelled, already taken by another replica) are skipped; an id given
 -- twice is claimed once. A task outside a workflow gets a plain lease token (a
 -- version 8 UUID, see statements.go). On a hot-path connection it appends its count deltas
@@ -37,9 +39,6 @@ WITH input AS (
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
 	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
-), recorded AS (
-	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at)
-	SELECT id, attempts, queue, claimed_by, lease_token, 'executing', coalesce($4::timestamptz, now()) FROM claimed
 ), tallied AS (
 	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
 	SELECT c.queue, m.metric, '-infinity', m.sign * count(*)

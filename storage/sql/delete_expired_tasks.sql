@@ -1,8 +1,8 @@
 -- name: delete_expired_tasks
 -- delete_expired_tasks deletes up to $4 finished plain tasks that their queue's
 -- retention for their status has passed (the queue's own age, else the default of
--- $1..$3; NULL keeps forever); their attempts go by ON DELETE CASCADE, and their
--- idempotency keys' reservations with them, or, within their queue's idempotency
+-- $1..$3; NULL keeps forever); their attempts go with them (no foreign key cascades
+-- since migration 0033), and their idempotency keys' reservations with them, or, within their queue's idempotency
 -- window, stay reserved until it ends (0022). One statement for every queue: for each
 -- queue and final status with an age, it reads that queue's oldest tasks of that
 -- status through tasks_status_list_idx (a task is created before it finishes, so
@@ -35,5 +35,7 @@ WITH ages AS (
 ), keys AS (
 	SELECT taskforge_release_idempotency_keys(array_agg(queue), array_agg(idempotency_key), array_agg(id)) AS kept
 	FROM doomed
+), doomed_attempts AS (
+	DELETE FROM attempts a USING doomed WHERE a.task_id = doomed.id
 )
 DELETE FROM tasks t USING doomed WHERE t.id = doomed.id AND (SELECT count(*) FROM keys) >= 0

@@ -1,5 +1,6 @@
 -- name: discard_dead
--- discard_dead deletes a dead task, live (tasks) or in history (task_history, with its
+-- discard_dead deletes a dead task with its attempts, live (tasks and attempts: no
+-- foreign key cascades since migration 0033) or in history (task_history, with its
 -- attempts in attempt_history), and its idempotency key's reservation, or, within
 -- its queue's idempotency window, keeps the key reserved until the window ends (0022).
 --
@@ -10,6 +11,8 @@
 WITH live AS (
 	DELETE FROM tasks WHERE queue = $1 AND id = $2 AND status = 'dead'
 	RETURNING id, idempotency_key
+), live_attempts AS (
+	DELETE FROM attempts a USING live WHERE a.task_id = live.id
 ), old AS (
 	DELETE FROM task_history WHERE queue = $1 AND id = $2 AND status = 'dead'
 	RETURNING id, idempotency_key, finished_at

@@ -50,9 +50,28 @@ WITH wf_locked AS MATERIALIZED (
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
 	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
 ), recorded AS (
-	UPDATE attempts a SET finished_at = coalesce($7::timestamptz, now()), error = $6,
-		status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END
-	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts
+	-- a row that a replica of the previous release wrote at the claim is ended in
+	-- place (attempts_tally_update counts it, but on a hot-path connection)
+	UPDATE attempts a SET status = CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END, finished_at = coalesce($7::timestamptz, now()), error = $6
+	FROM nacked WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts AND a.status = 'executing'
+	RETURNING a.queue, a.status, a.finished_at
+), written AS (
+	-- otherwise the ended attempt is written from the task row (migration 0033)
+	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at, error)
+	SELECT nacked.id, nacked.attempts, nacked.queue, nacked.claimed_by, nacked.lease_token, CASE WHEN nacked.status = 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+		coalesce(nacked.attempt_started_at, nacked.heartbeat_at, coalesce($7::timestamptz, now())), coalesce($7::timestamptz, now()), $6
+	FROM nacked
+	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = nacked.id AND a.attempt = nacked.attempts)
+	RETURNING queue, status, finished_at
+), tallied AS (
+	-- each ended attempt's outcome once: the rows written here, and those ended in
+	-- place when no trigger counts them
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT queue, 'attempt:' || status, date_bin('10 seconds', finished_at, 'epoch'), count(*)
+	FROM (SELECT queue, status, finished_at FROM written
+		UNION ALL
+		SELECT queue, status, finished_at FROM recorded WHERE tally_written_inline()) e
+	GROUP BY 1, 2, 3
 ), step_effects AS MATERIALIZED (
 	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps,
 		array_agg(status) AS statuses FROM nacked WHERE workflow_id IS NOT NULL) s

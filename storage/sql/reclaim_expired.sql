@@ -37,10 +37,30 @@ WITH cur AS (
 	RETURNING t.id, t.queue, t.attempts, t.claimed_by, t.status, t.last_error, cur.outcome,
 		-- attempts claimed before migration 0003 have no start on the task row
 		coalesce(t.attempt_started_at, t.heartbeat_at, t.updated_at) AS attempt_started_at, t.updated_at,
-		t.workflow_id, t.step, t.group_key
+		t.workflow_id, t.step, t.group_key, t.lease_token
 ), recorded AS (
+	-- a row that a replica of the previous release wrote at the claim is ended in
+	-- place (attempts_tally_update counts it, but on a hot-path connection)
 	UPDATE attempts a SET status = ended.outcome, finished_at = coalesce($2::timestamptz, now()), error = ended.last_error
-	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts
+	FROM ended WHERE a.task_id = ended.id AND a.attempt = ended.attempts AND a.status = 'executing'
+	RETURNING a.queue, a.status, a.finished_at
+), written AS (
+	-- otherwise the ended attempt is written from the task row (migration 0033)
+	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at, error)
+	SELECT ended.id, ended.attempts, ended.queue, ended.claimed_by, ended.lease_token, ended.outcome,
+		ended.attempt_started_at, coalesce($2::timestamptz, now()), ended.last_error
+	FROM ended
+	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = ended.id AND a.attempt = ended.attempts)
+	RETURNING queue, status, finished_at
+), tallied AS (
+	-- each ended attempt's outcome once: the rows written here, and those ended in
+	-- place when no trigger counts them
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT queue, 'attempt:' || status, date_bin('10 seconds', finished_at, 'epoch'), count(*)
+	FROM (SELECT queue, status, finished_at FROM written
+		UNION ALL
+		SELECT queue, status, finished_at FROM recorded WHERE tally_written_inline()) e
+	GROUP BY 1, 2, 3
 ), step_effects AS MATERIALIZED (
 	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps,
 		array_agg(status) AS statuses FROM ended WHERE workflow_id IS NOT NULL) s

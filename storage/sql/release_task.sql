@@ -49,9 +49,28 @@ WITH wf_locked AS MATERIALIZED (
 	t.replayed_from, t.replay_count, t.replayed_at, t.attempt_started_at, t.traceparent, t.releases,
 	t.progress, t.created_at, t.updated_at, t.finished_at, t.schedule, t.workflow_id, t.step, t.debounce_key, t.debounced, t.group_key
 ), recorded AS (
-	UPDATE attempts a SET finished_at = coalesce($6::timestamptz, now()), error = $4,
-		status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END
-	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts
+	-- a row that a replica of the previous release wrote at the claim is ended in
+	-- place (attempts_tally_update counts it, but on a hot-path connection)
+	UPDATE attempts a SET status = CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END, finished_at = coalesce($6::timestamptz, now()), error = $4
+	FROM released WHERE a.task_id = released.id AND a.attempt = released.attempts AND a.status = 'executing'
+	RETURNING a.queue, a.status, a.finished_at
+), written AS (
+	-- otherwise the ended attempt is written from the task row (migration 0033)
+	INSERT INTO attempts (task_id, attempt, queue, worker_id, lease_token, status, started_at, finished_at, error)
+	SELECT released.id, released.attempts, released.queue, released.claimed_by, released.lease_token, CASE WHEN released.status = 'cancelled' THEN 'cancelled' ELSE 'released' END,
+		coalesce(released.attempt_started_at, released.heartbeat_at, coalesce($6::timestamptz, now())), coalesce($6::timestamptz, now()), $4
+	FROM released
+	WHERE NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = released.id AND a.attempt = released.attempts)
+	RETURNING queue, status, finished_at
+), tallied AS (
+	-- each ended attempt's outcome once: the rows written here, and those ended in
+	-- place when no trigger counts them
+	INSERT INTO queue_tally_delta (queue, metric, bucket, delta)
+	SELECT queue, 'attempt:' || status, date_bin('10 seconds', finished_at, 'epoch'), count(*)
+	FROM (SELECT queue, status, finished_at FROM written
+		UNION ALL
+		SELECT queue, status, finished_at FROM recorded WHERE tally_written_inline()) e
+	GROUP BY 1, 2, 3
 ), step_effects AS MATERIALIZED (
 	SELECT fx.* FROM (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS workflow_ids, array_agg(step) AS steps,
 		array_agg(status) AS statuses FROM released WHERE workflow_id IS NOT NULL) s
