@@ -330,7 +330,7 @@ func (in *injector) pause(f fault) {
 		}
 		var live int
 		err := h.dbRetry(5*time.Second, func(ctx context.Context) error {
-			return h.db.QueryRow(ctx, `SELECT count(*) FROM attempts
+			return h.db.QueryRow(ctx, `SELECT count(*) FROM all_attempts
 				WHERE status = 'executing' AND ((task_id::text = $1 AND attempt = $2) OR worker_id = $3)`,
 				res.TaskID, lease.Attempt, id).Scan(&live)
 		})
