@@ -3,8 +3,9 @@
 //
 // Every SQL statement TaskForge runs is a file of sql/, loaded by statements.go (one
 // statement per file, its parameters documented in its header). Each state change of a task
-// is one statement (or one short transaction) that changes the task row and its
-// attempt row together, and is conditional on the state it expects, so concurrent
+// is one statement (or one short transaction) that changes the task row, and writes
+// the attempt it ends (a running attempt is the task row's own: migration 0033), and
+// is conditional on the state it expects, so concurrent
 // replicas can never both win: a claim only takes tasks still 'claimed', an ack only
 // succeeds with the current, unexpired lease token. All time arithmetic uses the
 // database clock (now()); durations arrive as parameters in milliseconds.
