@@ -3,7 +3,8 @@
 -- requested) and moves the task to retry, dead or cancelled (taskforge_next_status,
 -- after taskforge_backoff_ms when it retries: migration 0016); a workflow step that ends
 -- dead or cancelled ends its workflow (taskforge_steps_ended, migration 0017). $7 is the
--- time (NULL: now()).
+-- time (NULL: now()). The ended attempt is written from the task row, its outcome
+-- counted here (migration 0033; see recorded, written and tallied).
 --
 -- What this statement shares with release_task stays written in both, on purpose. Their
 -- rules are functions already (taskforge_next_status and taskforge_backoff_ms,

@@ -4,7 +4,8 @@
 -- otherwise, cancelled when a cancel was requested. The task retries while budget
 -- remains, else it is dead (taskforge_next_status and taskforge_backoff_ms, migration
 -- 0016, as nack_task decides). $2 is the time (NULL: now()). SKIP LOCKED lets several
--- watchdogs run at once.
+-- watchdogs run at once. The ended attempts are written from the task rows, their
+-- outcomes counted here (migration 0033; see recorded, written and tallied).
 --
 -- Parameters:
 --   $1 int8: the most attempts to end

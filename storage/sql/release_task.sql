@@ -3,7 +3,8 @@
 -- budget, and puts the task back in line where it was (pending, its scheduled_at
 -- unchanged, so it keeps its place), or cancels it when a cancel was requested. With a
 -- delay of $5 ms (a snooze) the task is due no earlier than now + $5; $6 is the time
--- (NULL: now()).
+-- (NULL: now()). The ended attempt is written from the task row, its outcome counted
+-- here (migration 0033; see recorded, written and tallied).
 --
 -- What this statement shares with nack_task stays written in both, on purpose. Their
 -- rules are functions already (taskforge_next_status and taskforge_backoff_ms,
