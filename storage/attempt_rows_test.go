@@ -147,81 +147,90 @@ func TestExecutingAttemptIsReadFromTheTask(t *testing.T) {
 	wantOutcomes(t, s, "q", map[string]int64{})
 }
 
+// onEachPool runs test on a store with a hot pool, as serve has, and on one without;
+// the store's clock starts a minute after the enqueues' own now() and moves only by
+// advance.
+func onEachPool(t *testing.T, test func(t *testing.T, s *storage.Store, advance func(time.Duration))) {
+	for _, hot := range []bool{true, false} {
+		t.Run(map[bool]string{true: "hot pool", false: "main pool only"}[hot], func(t *testing.T) {
+			base := newStore(t)
+			now := time.Now().Add(time.Minute)
+			clock := func() time.Time { return now }
+			opts := []storage.Option{storage.WithClock(clock)}
+			if hot {
+				opts = append(opts, storage.WithHotPool(base.HotPool()))
+			}
+			test(t, storage.New(base.Pool(), opts...), func(d time.Duration) { now = now.Add(d) })
+		})
+	}
+}
+
 // TestEndedAttemptsAreWrittenAndCountedOnce: each way an attempt ends (nack, release,
 // reclaim, cancel then nack, ack) writes one row of it, in order, and counts its
 // outcome once, on a store with a hot pool as serve has and on one without.
 func TestEndedAttemptsAreWrittenAndCountedOnce(t *testing.T) {
-	for _, hot := range []bool{true, false} {
-		t.Run(map[bool]string{true: "hot pool", false: "main pool only"}[hot], func(t *testing.T) {
-			ctx := context.Background()
-			base := newStore(t)
-			now := time.Now().Add(time.Minute) // after the enqueues' own now()
-			clock := func() time.Time { return now }
-			s := storage.New(base.Pool(), storage.WithHotPool(base.HotPool()), storage.WithClock(clock))
-			if !hot {
-				s = storage.New(base.Pool(), storage.WithClock(clock))
-			}
-			retryNow := int64(0)
+	onEachPool(t, func(t *testing.T, s *storage.Store, advance func(time.Duration)) {
+		ctx := context.Background()
+		retryNow := int64(0)
 
-			task := claimOne(t, s)
-			if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
-				Error: "boom", Retryable: true, RetryAfterMs: &retryNow}); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "failed")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1})
+		task := claimOne(t, s)
+		if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
+			Error: "boom", Retryable: true, RetryAfterMs: &retryNow}); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "failed")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1})
 
-			now = now.Add(time.Second)
-			task = claimDue(t, s)
-			if _, err := s.Release(ctx, storage.Release{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
-				Reason: "stopping"}); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "failed", "released")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:released": 1})
+		advance(time.Second)
+		task = claimDue(t, s)
+		if _, err := s.Release(ctx, storage.Release{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
+			Reason: "stopping"}); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "failed", "released")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:released": 1})
 
-			task = claimDue(t, s)
-			now = now.Add(2 * time.Minute) // past the lease
-			if r, err := s.ReclaimExpired(ctx, 10); err != nil || len(r) != 1 {
-				t.Fatalf("reclaimed %d of 1: %v", len(r), err)
-			}
-			wantAttempts(t, s, task.ID, "failed", "released", "abandoned")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:released": 1, "attempt:abandoned": 1})
+		task = claimDue(t, s)
+		advance(2 * time.Minute) // past the lease
+		if r, err := s.ReclaimExpired(ctx, 10); err != nil || len(r) != 1 {
+			t.Fatalf("reclaimed %d of 1: %v", len(r), err)
+		}
+		wantAttempts(t, s, task.ID, "failed", "released", "abandoned")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:released": 1, "attempt:abandoned": 1})
 
-			now = now.Add(time.Hour) // past the backoff
-			task = claimDue(t, s)
-			wantAttempts(t, s, task.ID, "failed", "released", "abandoned", "executing")
-			if _, err := s.Ack(ctx, "w", task.ID, *task.LeaseToken, json.RawMessage(`1`)); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "failed", "released", "abandoned", "succeeded")
-			if live, old := attemptRows(t, s, task.ID); live != 0 || old != 4 {
-				t.Errorf("after the ack: %d attempt rows live, %d in history, want 0 and 4", live, old)
-			}
-			want := map[string]int64{"attempt:failed": 1, "attempt:released": 1, "attempt:abandoned": 1, "attempt:succeeded": 1}
-			wantOutcomes(t, s, "q", want)
+		advance(time.Hour) // past the backoff
+		task = claimDue(t, s)
+		wantAttempts(t, s, task.ID, "failed", "released", "abandoned", "executing")
+		if _, err := s.Ack(ctx, "w", task.ID, *task.LeaseToken, json.RawMessage(`1`)); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "failed", "released", "abandoned", "succeeded")
+		if live, old := attemptRows(t, s, task.ID); live != 0 || old != 4 {
+			t.Errorf("after the ack: %d attempt rows live, %d in history, want 0 and 4", live, old)
+		}
+		want := map[string]int64{"attempt:failed": 1, "attempt:released": 1, "attempt:abandoned": 1, "attempt:succeeded": 1}
+		wantOutcomes(t, s, "q", want)
 
-			// A cancel of an executing task ends nothing until its worker's nack.
-			task = claimOne(t, s)
-			if _, err := s.CancelTask(ctx, "q", task.ID); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "executing")
-			if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
-				Error: "cancelled", Retryable: true}); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "cancelled")
-			if live, old := attemptRows(t, s, task.ID); live != 0 || old != 1 {
-				t.Errorf("after the cancel: %d attempt rows live, %d in history, want 0 and 1", live, old)
-			}
-			want["attempt:cancelled"] = 1
-			wantOutcomes(t, s, "q", want)
-			if drift, err := s.TallyDrift(ctx, "q"); err != nil || len(drift) > 0 {
-				t.Errorf("counts drift from count(*): %v %v", drift, err)
-			}
-		})
-	}
+		// A cancel of an executing task ends nothing until its worker's nack.
+		task = claimOne(t, s)
+		if _, err := s.CancelTask(ctx, "q", task.ID); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "executing")
+		if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
+			Error: "cancelled", Retryable: true}); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "cancelled")
+		if live, old := attemptRows(t, s, task.ID); live != 0 || old != 1 {
+			t.Errorf("after the cancel: %d attempt rows live, %d in history, want 0 and 1", live, old)
+		}
+		want["attempt:cancelled"] = 1
+		wantOutcomes(t, s, "q", want)
+		if drift, err := s.TallyDrift(ctx, "q"); err != nil || len(drift) > 0 {
+			t.Errorf("counts drift from count(*): %v %v", drift, err)
+		}
+	})
 }
 
 // TestPreviousReleaseClaimRowEndedOnce: an attempt whose claim (by a replica of the
@@ -229,60 +238,51 @@ func TestEndedAttemptsAreWrittenAndCountedOnce(t *testing.T) {
 // reclaim and an ack alike: one row per attempt, each outcome counted once, on a
 // store with a hot pool and on one without.
 func TestPreviousReleaseClaimRowEndedOnce(t *testing.T) {
-	for _, hot := range []bool{true, false} {
-		t.Run(map[bool]string{true: "hot pool", false: "main pool only"}[hot], func(t *testing.T) {
-			ctx := context.Background()
-			base := newStore(t)
-			now := time.Now().Add(time.Minute) // after the enqueues' own now()
-			clock := func() time.Time { return now }
-			s := storage.New(base.Pool(), storage.WithHotPool(base.HotPool()), storage.WithClock(clock))
-			if !hot {
-				s = storage.New(base.Pool(), storage.WithClock(clock))
-			}
-			retryNow := int64(0)
+	onEachPool(t, func(t *testing.T, s *storage.Store, advance func(time.Duration)) {
+		ctx := context.Background()
+		retryNow := int64(0)
 
-			task := claimOne(t, s)
-			writeOldClaimRow(t, s, task)
-			if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
-				Error: "boom", Retryable: true, RetryAfterMs: &retryNow}); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "failed")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1})
+		task := claimOne(t, s)
+		writeOldClaimRow(t, s, task)
+		if _, err := s.Nack(ctx, storage.Nack{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w",
+			Error: "boom", Retryable: true, RetryAfterMs: &retryNow}); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "failed")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1})
 
-			now = now.Add(time.Second)
-			task = claimDue(t, s)
-			writeOldClaimRow(t, s, task)
-			now = now.Add(2 * time.Minute)
-			if r, err := s.ReclaimExpired(ctx, 10); err != nil || len(r) != 1 {
-				t.Fatalf("reclaimed %d of 1: %v", len(r), err)
-			}
-			wantAttempts(t, s, task.ID, "failed", "abandoned")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1})
+		advance(time.Second)
+		task = claimDue(t, s)
+		writeOldClaimRow(t, s, task)
+		advance(2 * time.Minute)
+		if r, err := s.ReclaimExpired(ctx, 10); err != nil || len(r) != 1 {
+			t.Fatalf("reclaimed %d of 1: %v", len(r), err)
+		}
+		wantAttempts(t, s, task.ID, "failed", "abandoned")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1})
 
-			now = now.Add(time.Hour)
-			task = claimDue(t, s)
-			writeOldClaimRow(t, s, task)
-			if _, err := s.Ack(ctx, "w", task.ID, *task.LeaseToken, json.RawMessage(`1`)); err != nil {
-				t.Fatal(err)
-			}
-			wantAttempts(t, s, task.ID, "failed", "abandoned", "succeeded")
-			if live, old := attemptRows(t, s, task.ID); live != 0 || old != 3 {
-				t.Errorf("after the ack: %d attempt rows live, %d in history, want 0 and 3", live, old)
-			}
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1, "attempt:succeeded": 1})
+		advance(time.Hour)
+		task = claimDue(t, s)
+		writeOldClaimRow(t, s, task)
+		if _, err := s.Ack(ctx, "w", task.ID, *task.LeaseToken, json.RawMessage(`1`)); err != nil {
+			t.Fatal(err)
+		}
+		wantAttempts(t, s, task.ID, "failed", "abandoned", "succeeded")
+		if live, old := attemptRows(t, s, task.ID); live != 0 || old != 3 {
+			t.Errorf("after the ack: %d attempt rows live, %d in history, want 0 and 3", live, old)
+		}
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1, "attempt:succeeded": 1})
 
-			// The ack by reference (a poll's) too.
-			task = claimOne(t, s)
-			writeOldClaimRow(t, s, task)
-			item := storage.AckItem{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w"}
-			if acked, err := s.AckMany(ctx, []storage.AckItem{item}, true); err != nil || len(acked) != 1 {
-				t.Fatalf("acked %d of 1 by its ref: %v", len(acked), err)
-			}
-			wantAttempts(t, s, task.ID, "succeeded")
-			wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1, "attempt:succeeded": 2})
-		})
-	}
+		// The ack by reference (a poll's) too.
+		task = claimOne(t, s)
+		writeOldClaimRow(t, s, task)
+		item := storage.AckItem{TaskID: task.ID, LeaseToken: *task.LeaseToken, WorkerID: "w"}
+		if acked, err := s.AckMany(ctx, []storage.AckItem{item}, true); err != nil || len(acked) != 1 {
+			t.Fatalf("acked %d of 1 by its ref: %v", len(acked), err)
+		}
+		wantAttempts(t, s, task.ID, "succeeded")
+		wantOutcomes(t, s, "q", map[string]int64{"attempt:failed": 1, "attempt:abandoned": 1, "attempt:succeeded": 2})
+	})
 }
 
 // leftoverWithAttempt leaves one task of queue "q" finished with status in tasks (as
