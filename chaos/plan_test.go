@@ -121,6 +121,11 @@ func newPlan(seed uint64, n int, window time.Duration) plan {
 	return p
 }
 
+// maxReleasesPerTask bounds the released attempts (graceful stops) a fail-dead task's
+// handler must outlast; a run stops a few workers gracefully, each releasing at most
+// its held tasks once.
+const maxReleasesPerTask = 100
+
 func pickClass(rng *rand.Rand) string {
 	switch r := rng.IntN(1000); {
 	case r < 400:
@@ -181,10 +186,14 @@ func newTask(rng *rand.Rand, class string, seed uint64, i int) taskSpec {
 	case "fail-recover":
 		payload = map[string]any{"i": i, "fail_times": 1 + rng.IntN(2)}
 	case "fail-dead":
-		// fail_times > max_retries: every one of the max_retries+1 attempts fails.
+		// fail_times > max_retries: every one of the max_retries+1 attempts fails. The
+		// handler counts attempt numbers, and an attempt released by a graceful stop takes
+		// a number without spending budget (a seed of 2026-12-05: attempts failed,
+		// released, then 3 > fail_times 2 succeeded), so fail_times leaves room for
+		// releases beyond any run's.
 		t.MaxRetries = rng.IntN(3)
 		t.Expect = "dead"
-		payload = map[string]any{"i": i, "fail_times": t.MaxRetries + 1 + rng.IntN(3)}
+		payload = map[string]any{"i": i, "fail_times": t.MaxRetries + 1 + rng.IntN(3) + maxReleasesPerTask}
 	case "timeout-dead":
 		// Every attempt sleeps past timeout_seconds: the budget runs out.
 		t.MaxRetries, t.Timeout, t.Expect = 1, 1, "dead"
