@@ -196,7 +196,10 @@ def test_one_poll_asks_for_free_slots_and_prefetch_room(
         assert client.wait_task(queue, t.id, timeout=30).status == "done"
     # A prefetch set stays: at most two free and two prefetched.
     assert all(n <= 4 and pre <= 2 and not old for n, pre, old in polls), polls
-    assert (4, 2, False) in polls, polls  # two free slots and two prefetched, in one poll
+    # Free slots and prefetch room go in one poll. How many of each a poll finds
+    # depends on when it goes: with a second poll out, (4, 2) may never come, as
+    # (3, 2) and (1, 1) do (the poll out asked for the rest).
+    assert any(0 < pre < n for n, pre, _ in polls), polls
 
 
 def drain(client: taskforge.Client, queue: str, n: int, start_worker: Start, caplog: pytest.LogCaptureFixture,
