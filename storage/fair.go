@@ -55,7 +55,7 @@ func (s *Store) DispatchDueGrouped(ctx context.Context, queue string, picks []Gr
 	if err != nil {
 		return nil, fmt.Errorf("dispatch fair queue %s: %w", queue, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Buffered])
+	out, err := appendByPosition(nil, rows, bufferedColumnNames, appendBufferedFields)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch fair queue %s: %w", queue, err)
 	}

@@ -22,7 +22,7 @@ func (s *Store) DispatchDue(ctx context.Context, queue string, limit int, levelW
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Buffered])
+	out, err := appendByPosition(nil, rows, bufferedColumnNames, appendBufferedFields)
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %s: %w", queue, err)
 	}
@@ -54,7 +54,7 @@ type ClaimItem struct {
 // by id (ClaimedBy says for which worker); an id asked for twice is claimed once.
 func (s *Store) ClaimMany(ctx context.Context, items []ClaimItem, lease time.Duration) (map[uuid.UUID]Task, error) {
 	rows, err := s.hot.Query(ctx, claimTasks, claimArgs(items, lease, s.now())...)
-	return byID(rows, err, s.collectTasks, "claim", len(items))
+	return byID(rows, err, s.appendTasks, "claim", len(items))
 }
 
 // claimArgs are the parameters of claim_tasks for items.
@@ -149,21 +149,31 @@ type AckItem struct {
 func (s *Store) AckMany(ctx context.Context, items []AckItem, refs bool) (map[uuid.UUID]Task, error) {
 	switch {
 	case slices.ContainsFunc(items, func(it AckItem) bool { return !PlainLeaseToken(it.LeaseToken) }):
-		return s.ack(ctx, s.pool, ackTasks, items, s.collectEnded)
+		return s.ack(ctx, s.pool, ackTasks, items, s.appendEnded)
 	case refs:
-		return s.ack(ctx, s.hot, ackPlainTaskRefs, items, scanAckRefs)
+		return s.ack(ctx, s.hot, ackPlainTaskRefs, items, appendAckRefs)
 	}
-	return s.ack(ctx, s.hot, ackPlainTasks, items, s.collectEnded)
+	return s.ack(ctx, s.hot, ackPlainTasks, items, s.appendEnded)
 }
 
-// scanAckRefs reads the rows of ackPlainTaskRefs (ackRefColumns).
-func scanAckRefs(rows pgx.Rows) ([]Task, error) {
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Task, error) {
-		var t Task
-		err := row.Scan(&t.ID, &t.Queue, &t.Status, &t.Attempts, &t.LeaseToken, &t.AttemptStartedAt,
+// appendAckRefs appends the rows of ackPlainTaskRefs (ackRefColumns) to dst, each
+// scanned in place (as appendByPosition does).
+func appendAckRefs(dst []Task, rows pgx.Rows) ([]Task, error) {
+	defer rows.Close()
+	var ptrs []any
+	for rows.Next() {
+		dst = append(dst, Task{})
+		t := &dst[len(dst)-1]
+		ptrs = append(ptrs[:0], &t.ID, &t.Queue, &t.Status, &t.Attempts, &t.LeaseToken, &t.AttemptStartedAt,
 			&t.Traceparent, &t.UpdatedAt, &t.FinishedAt, &t.Group)
-		return t, err
-	})
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return dst, nil
 }
 
 // PlainLeaseToken reports whether token is the lease token of a claim of a task
@@ -175,7 +185,7 @@ func PlainLeaseToken(token uuid.UUID) bool { return token.Version() == 8 }
 // ack runs stmt, one of the ack statements, over items and reads its rows with
 // collect.
 func (s *Store) ack(ctx context.Context, q querier, stmt string, items []AckItem,
-	collect func(pgx.Rows) ([]Task, error)) (map[uuid.UUID]Task, error) {
+	collect func([]Task, pgx.Rows) ([]Task, error)) (map[uuid.UUID]Task, error) {
 	args, err := s.ackArgs(items)
 	if err != nil {
 		return nil, err
@@ -205,12 +215,13 @@ func (s *Store) ackArgs(items []AckItem) ([]any, error) {
 }
 
 // byID reads the tasks of rows (the answer of a statement run over n items, what
-// names it in errors) with collect, by id.
-func byID(rows pgx.Rows, err error, collect func(pgx.Rows) ([]Task, error), what string, n int) (map[uuid.UUID]Task, error) {
+// names it in errors) with collect, by id. collect appends to a slice with room for
+// a row per item, so that it never grows.
+func byID(rows pgx.Rows, err error, collect func([]Task, pgx.Rows) ([]Task, error), what string, n int) (map[uuid.UUID]Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s %d tasks: %w", what, n, err)
 	}
-	tasks, err := collect(rows)
+	tasks, err := collect(make([]Task, 0, n), rows)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d tasks: %w", what, n, err)
 	}
@@ -241,11 +252,11 @@ func (s *Store) AckAndClaim(ctx context.Context, acks []AckItem, claims []ClaimI
 	br := s.hot.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
-	if acked, err = byID(rows, err, scanAckRefs, "ack", len(acks)); err != nil {
+	if acked, err = byID(rows, err, appendAckRefs, "ack", len(acks)); err != nil {
 		return nil, nil, err
 	}
 	rows, err = br.Query()
-	if claimed, err = byID(rows, err, s.collectTasks, "claim", len(claims)); err != nil {
+	if claimed, err = byID(rows, err, s.appendTasks, "claim", len(claims)); err != nil {
 		return nil, nil, err
 	}
 	if err := br.Close(); err != nil {

@@ -195,9 +195,11 @@ func Connect(ctx context.Context, url string, maxConns int32, opts ...ConnectOpt
 }
 
 // ConfigureConn makes conn scan timestamps in UTC, so API times are RFC 3339 UTC,
-// and encode ids without a detour through their text (encodeUUIDs).
+// and encode and read ids without a detour through their text (encodeUUIDs,
+// decodeUUIDs).
 func ConfigureConn(conn *pgx.Conn) {
 	encodeUUIDs(conn.TypeMap())
+	decodeUUIDs(conn.TypeMap())
 	conn.TypeMap().RegisterType(&pgtype.Type{
 		Name: "timestamptz", OID: pgtype.TimestamptzOID,
 		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC},
@@ -214,11 +216,17 @@ func isForeignKeyViolation(err error) bool {
 
 // collectTasks reads task rows, opening sealed payloads, results and errors.
 func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
-	tasks, err := collectByPosition(rows, taskColumnNames, taskFields)
+	return s.appendTasks(nil, rows)
+}
+
+// appendTasks is collectTasks appending to dst (appendByPosition).
+func (s *Store) appendTasks(dst []Task, rows pgx.Rows) ([]Task, error) {
+	n := len(dst)
+	tasks, err := appendByPosition(dst, rows, taskColumnNames, appendTaskFields)
 	if err != nil {
 		return nil, err
 	}
-	for i := range tasks {
+	for i := n; i < len(tasks); i++ {
 		if err := s.open(&tasks[i]); err != nil {
 			return nil, err
 		}
@@ -231,6 +239,15 @@ func (s *Store) collectTasks(rows pgx.Rows) ([]Task, error) {
 type endedTask struct {
 	Task
 	WFEffects *StepEffects `db:"wf_effects"`
+}
+
+// appendEnded is collectEnded appending to dst.
+func (s *Store) appendEnded(dst []Task, rows pgx.Rows) ([]Task, error) {
+	tasks, err := s.collectEnded(rows)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, tasks...), nil
 }
 
 // collectEnded reads the rows of a statement that ends tasks (ackTasks), with each

@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"fmt"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -38,4 +40,45 @@ func (p *uuidEncodePlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
 func (p *uuidEncodePlan) Encode(value any, buf []byte) ([]byte, error) {
 	return p.next.Encode(uuidValue(value.(uuid.UUID)), buf)
+}
+
+// decodeUUIDs makes a connection's type map read a uuid column in binary into a
+// uuid.UUID (or, through pgx's pointer wrapper, a *uuid.UUID) by copying its 16
+// bytes. Left to itself, pgx finds no plan for the type but its sql.Scanner: for
+// every id it formatted the bytes as text, and uuid.UUID.Scan parsed the text
+// back; a batched poll's claim and ack read two ids a row each, and those strings
+// were a fifth of the allocations of reading their answers.
+func decodeUUIDs(m *pgtype.Map) {
+	m.RegisterType(&pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}})
+}
+
+// uuidCodec is pgx's uuid codec with a binary scan plan for a *uuid.UUID.
+type uuidCodec struct{ pgtype.UUIDCodec }
+
+// PlanScan implements pgtype.Codec.
+func (c uuidCodec) PlanScan(m *pgtype.Map, oid uint32, format int16, target any) pgtype.ScanPlan {
+	if _, ok := target.(*uuid.UUID); ok && format == pgtype.BinaryFormatCode {
+		return scanBinaryUUID{}
+	}
+	return c.UUIDCodec.PlanScan(m, oid, format, target)
+}
+
+// scanBinaryUUID copies a binary uuid into a *uuid.UUID. NULL leaves the zero
+// UUID, as uuid.UUID.Scan does.
+type scanBinaryUUID struct{}
+
+// Scan implements pgtype.ScanPlan.
+func (scanBinaryUUID) Scan(src []byte, dst any) error {
+	u := dst.(*uuid.UUID)
+	switch len(src) {
+	case 0:
+		if src == nil {
+			*u = uuid.Nil
+			return nil
+		}
+	case 16:
+		*u = uuid.UUID(src)
+		return nil
+	}
+	return fmt.Errorf("a binary uuid is 16 bytes, not %d", len(src))
 }
