@@ -300,7 +300,11 @@ func (s *Server) claim(ctx context.Context, p pollSpec) (pollResult, error) {
 			}
 		}
 		tasks, acked, retryAfter, err := s.lc.ClaimAcking(ctx, p.workerID, q, limits, room, 0, acks)
-		res.tasks = append(res.tasks, tasks...)
+		if res.tasks == nil {
+			res.tasks = tasks // ours alone: no copy of its tasks
+		} else {
+			res.tasks = append(res.tasks, tasks...)
+		}
 		if len(acks) > 0 && acked != nil {
 			acks = nil
 			var aerr error

@@ -139,7 +139,11 @@ func (l *Lifecycle) ClaimAcking(ctx context.Context, workerID, queue string, lim
 				From: storage.StatusBuffered, To: storage.StatusExecuting, Attempt: t.Attempts, Eligible: t.ScheduledAt}))
 			l.tel.TaskSpan("taskforge.claim", t.Traceparent, taskAttrs(t, workerID)...)
 		}
-		out = append(out, claimed...)
+		if out == nil {
+			out = claimed // ours alone: no copy of its tasks
+		} else {
+			out = append(out, claimed...)
+		}
 		if popped.RetryAfter > 0 {
 			retryAfter = popped.RetryAfter
 			break

@@ -351,6 +351,7 @@ func newClaimCommit(store TaskStore, lease time.Duration, limit int, timeout tim
 func claimOutcomes(reqs []claimRequest, claimed map[uuid.UUID]storage.Task) [][]storage.Task {
 	out := make([][]storage.Task, len(reqs))
 	for i, r := range reqs {
+		out[i] = make([]storage.Task, 0, len(r.ids)) // a task is large: copy it once
 		for _, id := range r.ids {
 			if t, ok := claimed[id]; ok && t.ClaimedBy != nil && *t.ClaimedBy == r.workerID {
 				out[i] = append(out[i], t)
