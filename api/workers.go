@@ -168,7 +168,7 @@ func (s *Server) poll(c *gin.Context) {
 	if len(out) == 0 && res.retryAfter > 0 {
 		body.RetryAfterMs = res.retryAfter.Milliseconds()
 	}
-	c.JSON(http.StatusOK, body)
+	writePollAnswer(c, body)
 }
 
 // pollPrefetch is how many of a poll's maxTasks tasks are prefetch: prefetch_tasks
