@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -26,6 +27,16 @@ func TestPollAnswerBytesAreEncodingJSONs(t *testing.T) {
 	full := task(`{"a": [1, "é", {"b": null}], "html": "<b>&</b>", "sep": "x\u2028y"}`)
 	full.TimeoutSeconds, full.Traceparent = &timeout, ptr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	full.WorkflowID, full.Step, full.Group = ptr("0193a5e4-0000-7000-8000-000000000000"), ptr(`step "one" <1>`), ptr("tenant-é\n")
+	// A field added to wire.PolledTask must be set here, so that the comparison
+	// below sees it whether or not it is omitempty: appendPolledTask writes its
+	// fields by name and would leave a new one out.
+	fields := reflect.ValueOf(full)
+	for i := range fields.NumField() {
+		if fields.Field(i).IsZero() {
+			t.Fatalf("wire.PolledTask.%s is not set in the full task: set it, and write it in appendPolledTask",
+				fields.Type().Field(i).Name)
+		}
+	}
 	noZone := task(`"text"`)
 	noZone.LeaseExpiresAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
 	for name, r := range map[string]wire.PollResponse{
