@@ -127,9 +127,10 @@ func (s *Store) DetachHistoryDay(ctx context.Context, day HistoryDay, lockTimeou
 }
 
 // DropDetachedHistory drops every detached day of history, each with its attempts,
-// after counting its tasks out of the tally and deleting their idempotency keys'
-// reservations, in one transaction bounded by timeout, and returns the days with the
-// tasks each held. Nothing the live queue uses is locked.
+// after counting its tasks out of the tally and listing their idempotency keys for
+// DeleteDroppedIdempotencyKeys (the keys' rows are not touched: each stays reserved
+// until its window ends), in one transaction bounded by timeout, and returns the days
+// with the tasks each held. Nothing the live queue uses is locked.
 func (s *Store) DropDetachedHistory(ctx context.Context, timeout time.Duration) ([]HistoryDay, error) {
 	var days []HistoryDay
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -110,6 +110,7 @@ var (
 	idempotencyReservations  = mustLoad("idempotency_reservations")
 	freeExpiredKeys          = mustLoad("free_expired_idempotency_keys")
 	deleteExpiredKeys        = mustLoad("delete_expired_idempotency_keys")
+	deleteDroppedKeys        = mustLoad("delete_dropped_idempotency_keys")
 	tasksByIdempotencyKey    = mustLoad("tasks_by_idempotency_key")
 	notifyDue                = mustLoad("notify_due")
 	getTask                  = mustLoad("get_task")

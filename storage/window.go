@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,6 +80,24 @@ func (s *Store) DeleteExpiredIdempotencyKeys(ctx context.Context, limit int) (in
 		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// DeleteDroppedIdempotencyKeys takes up to limit lists of the keys of dropped days
+// of history (migration 0034) whose windows have all ended (as of the Store's clock),
+// in one transaction bounded by timeout, deletes their keys still held by their
+// dropped task, and returns how many lists it took and how many keys it deleted. A
+// caller repeats it until it takes none.
+func (s *Store) DeleteDroppedIdempotencyKeys(ctx context.Context, limit int, timeout time.Duration) (lists, keys int64, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setRetentionTimeouts, strconv.FormatInt(max(ms(timeout), 1), 10)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, deleteDroppedKeys, s.now(), limit).Scan(&lists, &keys)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("delete idempotency keys of dropped history: %w", err)
+	}
+	return lists, keys, nil
 }
 
 // DuplicateRequestError says which task of a batch reused an idempotency key whose

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskforge/taskforge/internal/janitor"
@@ -231,9 +233,11 @@ func TestHistoryKeepsKeysForTheirWindow(t *testing.T) {
 	insertHistory(t, pool, "q", "done", 10, yesterday.Add(2*time.Hour), 4, nil)
 	insertHistory(t, pool, "other", "done", 10, yesterday.Add(2*time.Hour), 3, nil)
 	insertHistory(t, pool, "long", "done", 1, yesterday.Add(3*time.Hour), 0, nil)
+	// A key of a deleted task is reserved by its reserved_until; one of a dropped day
+	// by its row alone, until created_at + the window (migration 0034).
 	reserved := func() int {
 		return count(t, pool, `SELECT count(*) FROM idempotency_keys k WHERE k.queue = 'q'
-			AND k.reserved_until = k.created_at + interval '7 days'
+			AND coalesce(k.reserved_until, k.created_at + interval '7 days') = k.created_at + interval '7 days'
 			AND NOT EXISTS (SELECT 1 FROM all_tasks t WHERE t.id = k.task_id)`)
 	}
 	var key string
@@ -432,4 +436,116 @@ func TestDropDayOfHistoryBench(t *testing.T) {
 	}
 	t.Logf("a day of %d tasks (and %d attempts, %d keys, window %d ms): the drop transaction took %s, the whole sweep (detach included, and the reservations the clock's 7 days have ended) %s; %d dead rows left in history; %d keys before, %d reserved by the drop",
 		n, n, n/10, window, dropped[0].Duration.Round(time.Millisecond), sweep.Round(time.Millisecond), dead, keys, reservedByDrop)
+}
+
+// TestDroppedDayLeavesItsKeysReserved: a day of history that leaves whole does not
+// touch its tasks' idempotency keys (no row updated, so no dead row), yet each stays
+// reserved for its queue's window: an enqueue with one answers duplicate_request
+// naming the dropped task. Once the window has ended the key is free: an enqueue takes
+// it over, and the janitor deletes the others with the list the drop left. A key
+// whose task still exists stays held past its window.
+func TestDroppedDayLeavesItsKeysReserved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := setup(t) // enqueues run at the database's clock
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := today.AddDate(0, 0, -1)
+	exec(t, pool, `UPDATE queues SET idempotency_window_ms = 2592000000 WHERE name = 'q'`) // 30 days
+	keyed := func(key string) storage.NewTask {
+		return storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: []byte(`{}`), Priority: 1,
+			IdempotencyKey: &key, Fingerprint: []byte("f")}
+	}
+	live, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed("live")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertHistory(t, pool, "q", "done", 20, yesterday.Add(2*time.Hour), 5, nil)
+	type keyRow struct {
+		key, ctid, xmin string
+		task            uuid.UUID
+	}
+	keyRows := func() []keyRow {
+		rows, err := pool.Query(ctx, `SELECT key, ctid::text, xmin::text, task_id FROM idempotency_keys
+			WHERE queue = 'q' AND key <> 'live' ORDER BY key`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []keyRow
+		var r keyRow
+		if _, err := pgx.ForEachRow(rows, []any{&r.key, &r.ctid, &r.xmin, &r.task}, func() error {
+			out = append(out, r)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := keyRows()
+	if len(before) != 5 {
+		t.Fatalf("%d keys of the day, want 5", len(before))
+	}
+
+	// Seven days and a half on, the default retention has passed the day whole; the
+	// 30-day window has not.
+	clock := &testenv.Clock{}
+	clock.Set(today.Add(7*day + 12*time.Hour))
+	later := testenv.Clocked(store, clock)
+	var dropped []janitor.Batch
+	j := janitor.New(later, later, janitor.Config{}, quiet)
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Dropped && b.Deleted > 0 {
+			dropped = append(dropped, b)
+		}
+	}
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) != 1 || dropped[0].Deleted != 20 {
+		t.Fatalf("dropped %+v, want yesterday's 20 done tasks", dropped)
+	}
+	if after := keyRows(); !slices.Equal(after, before) {
+		t.Errorf("the drop touched its keys' rows: before %v, after %v", before, after)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_key_drops, unnest(keys)`); got != 5 {
+		t.Errorf("%d keys listed for the janitor, want the day's 5", got)
+	}
+	var dup *storage.DuplicateRequestError
+	if _, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed(before[0].key)}, nil); !errors.As(err, &dup) || dup.TaskID != before[0].task {
+		t.Fatalf("enqueue with a dropped task's key within its window: %v, want duplicate_request naming %s", err, before[0].task)
+	}
+
+	// A window of 0 has ended for every key: the dropped task's key is free, the live
+	// task's is not.
+	exec(t, pool, `UPDATE queues SET idempotency_window_ms = 0 WHERE name = 'q'`)
+	again, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed(before[0].key)}, nil)
+	if err != nil || len(again) != 1 || !again[0].Created || again[0].Task.ID == before[0].task {
+		t.Fatalf("enqueue with a dropped task's key after its window: %+v, %v; want a new task", again, err)
+	}
+	same, err := store.Enqueue(ctx, "q", []storage.NewTask{keyed("live")}, nil)
+	if err != nil || len(same) != 1 || same[0].Created || same[0].Task.ID != live[0].Task.ID {
+		t.Fatalf("enqueue with a live task's key after its window: %+v, %v; want the task", same, err)
+	}
+
+	// Back to 30 days: 31 days on, the janitor deletes the day's other keys and their
+	// list; the key taken over names its new task and stays.
+	exec(t, pool, `UPDATE queues SET idempotency_window_ms = 2592000000 WHERE name = 'q'`)
+	clock.SetAhead(t, store, 31*day)
+	freed := 0
+	j.OnBatch = func(b janitor.Batch) {
+		if b.Table == "idempotency_keys" {
+			freed += b.Deleted
+		}
+	}
+	if _, err := j.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if freed != 4 {
+		t.Errorf("the sweep freed %d keys, want the day's other 4", freed)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_keys WHERE queue = 'q'`); got != 2 {
+		t.Errorf("%d keys of q left, want the live task's and the one taken over", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM idempotency_key_drops`); got != 0 {
+		t.Errorf("%d lists of dropped keys left", got)
+	}
 }

@@ -171,6 +171,11 @@ func (j *Janitor) Run(ctx context.Context) error {
 	}
 }
 
+// DroppedKeysPerList is how many keys of a dropped day of history one row of
+// idempotency_key_drops lists (migration 0034): a batch takes BatchSize /
+// DroppedKeysPerList rows, at least one.
+const DroppedKeysPerList = 500
+
 // WorkflowBatchDivisor: a retention batch deletes BatchSize/WorkflowBatchDivisor
 // workflows (at least one), since each holds up to 1,000 tasks.
 const WorkflowBatchDivisor = 50
@@ -338,6 +343,25 @@ func (j *Janitor) sweepRest(ctx context.Context) (deleted int, err error) {
 	deleted += n
 	if err != nil {
 		return deleted, err
+	}
+	// The keys of dropped days of history whose windows have ended, a list of up to
+	// DroppedKeysPerList keys at a time (migration 0034), until no list is due.
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		start := time.Now()
+		lists, keys, err := j.store.DeleteDroppedIdempotencyKeys(ctx, max(1, j.cfg.BatchSize/DroppedKeysPerList), j.cfg.BatchTimeout)
+		if err != nil {
+			return deleted, err
+		}
+		if lists == 0 {
+			break
+		}
+		deleted += int(keys)
+		if j.OnBatch != nil {
+			j.OnBatch(Batch{Table: "idempotency_keys", Deleted: int(keys), Duration: time.Since(start)})
+		}
 	}
 	// Idempotency keys reserved past their task's deletion whose window has ended.
 	n, err = j.drain(ctx, "idempotency_keys", func() (int64, error) {

@@ -1,7 +1,8 @@
 -- name: drop_detached_history
 -- drop_detached_history drops every detached day of history, counted out of the
--- tally; its tasks' idempotency keys go too, or, within their queue's idempotency
--- window, stay reserved until it ends (see migrations 0021 and 0024).
+-- tally; its tasks' idempotency keys stay as they are, reserved by their rows until
+-- their queue's idempotency window ends, and are listed in idempotency_key_drops for
+-- the janitor to delete then (see migrations 0021 and 0034).
 --
 -- Parameters: none.
 -- Returns: status, day, tasks.
