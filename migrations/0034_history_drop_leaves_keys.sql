@@ -7,9 +7,9 @@
 -- no table holds any more is reserved by that row alone: until its created_at + its
 -- queue's idempotency window, then free (idempotency_reservations and
 -- free_expired_idempotency_keys read it so). The drop lists the day's keys in
--- idempotency_key_drops instead, an insert of one row per 500 keys, and the janitor
--- deletes the keys of a listed row once every window in it has ended, in batches
--- (delete_dropped_idempotency_keys). Rows reserved before this migration keep their
+-- idempotency_key_drops instead, an insert of a row per 500 keys or fewer, and the
+-- janitor deletes the keys of a listed row once every window in it has ended, in
+-- batches (delete_dropped_idempotency_keys). Rows reserved before this migration keep their
 -- reserved_until and its meaning.
 
 -- idempotency_key_drops: the keys of the tasks of dropped days of history, waiting for
@@ -25,8 +25,8 @@ CREATE TABLE idempotency_key_drops (
 );
 
 -- taskforge_drop_detached_history(): as in 0024, but a day's keys are listed in
--- idempotency_key_drops (one scan of the day's table, one insert of a row per 500
--- keys) instead of being reserved or deleted row by row.
+-- idempotency_key_drops (one scan of the day's table, an insert of a row per 500
+-- keys or fewer) instead of being reserved or deleted row by row.
 CREATE OR REPLACE FUNCTION taskforge_drop_detached_history()
 RETURNS TABLE (dropped_status text, dropped_day date, dropped_tasks bigint)
 LANGUAGE plpgsql AS $$
@@ -48,12 +48,13 @@ BEGIN
             'ins AS (INSERT INTO queue_tally_delta (queue, metric, bucket, delta) '
             'SELECT queue, status, ''-infinity'', -n FROM c) '
             'SELECT coalesce(sum(n), 0)::bigint FROM c', t.name) INTO STRICT dropped_tasks;
-        -- The day's keys, 500 to a row, oldest first, so that a row's windows end
-        -- close together.
+        -- The day's keys, up to 500 to a row, in the table's order (about the order
+        -- its tasks finished in): numbered as the scan meets them, without a sort
+        -- (ordered by created_at, a sort of 100,000 keys spilled to disk and took a
+        -- third of the statement).
         EXECUTE format('INSERT INTO idempotency_key_drops (queue, created_max, keys, task_ids) '
             'SELECT queue, max(created_at), array_agg(idempotency_key), array_agg(id) FROM ('
-            'SELECT queue, idempotency_key, id, created_at, '
-            '(row_number() OVER (PARTITION BY queue ORDER BY created_at) - 1) / 500 AS chunk '
+            'SELECT queue, idempotency_key, id, created_at, (row_number() OVER () - 1) / 500 AS chunk '
             'FROM %I WHERE idempotency_key IS NOT NULL) k GROUP BY queue, chunk', t.name);
         EXECUTE format('DROP TABLE IF EXISTS %I', apart);
         EXECUTE format('DROP TABLE %I', t.name);
