@@ -6,12 +6,13 @@
 -- row's keys still held by its task (task_id and no reserved_until: a key an enqueue
 -- took since names another task), those whose own window has ended are deleted, and
 -- any other (a key created after its task, which no enqueue does) is reserved until
--- its window ends, as a deleted task's key is; then the rows go.
+-- its window ends, as a deleted task's key is; then the rows go. It answers how many
+-- rows it took (lists) and how many keys it deleted (keys).
 --
 -- Parameters:
 --   $1 timestamptz: now (the Store's clock; NULL: the database's now())
 --   $2 int8: the most rows of idempotency_key_drops to take
--- Returns: rows taken, keys deleted.
+-- Returns: lists, keys.
 WITH due AS (
 	SELECT d.id, d.queue, d.keys, d.task_ids, q.idempotency_window_ms * interval '1 millisecond' AS window_length
 	FROM idempotency_key_drops d
@@ -43,4 +44,4 @@ WITH due AS (
 ), gone AS (
 	DELETE FROM idempotency_key_drops d USING due WHERE d.id = due.id
 )
-SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM freed)
+SELECT (SELECT count(*) FROM due) AS lists, (SELECT count(*) FROM freed) AS keys
