@@ -22,6 +22,20 @@ var ByIDStatements = map[string]string{
 	"release":         releaseTask,
 }
 
+// HotPathSettingsStatement sets a hot-path connection's session settings
+// (HotPathSettings), for the plan tests.
+var HotPathSettingsStatement = hotPathSettings
+
+// HotByIDStatements are the statements of ByIDStatements that run on the hot-path
+// pool (WithHotPool), for the plan tests.
+var HotByIDStatements = map[string]string{
+	"claim":           claimTasks,
+	"heartbeat":       heartbeatTask,
+	"heartbeat batch": heartbeatTasks,
+	"ack plain":       ackPlainTasks,
+	"ack plain refs":  ackPlainTaskRefs,
+}
+
 // ListTasks is the task list's statement, for the plan tests.
 var ListTasks = listTasks
 

@@ -2,6 +2,8 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -52,7 +54,7 @@ func TestEnqueueProbeStaysOnTheDispatchIndex(t *testing.T) {
 		}
 	}
 	// The hot-path pool plans it once, generically (storage.HotPathSettings).
-	generic := genericPlans(t, pool)
+	generic := hotPlans(t, pool)
 	if text := generic("enqueue", storage.EnqueueTasks); strings.Contains(text, "Seq Scan on tasks") ||
 		!strings.Contains(text, "tasks_group_dispatch_idx") || !strings.Contains(text, "tasks_named_dispatch_idx") {
 		t.Errorf("the enqueue's generic plan does not probe the dispatch indexes:\n%s", text)
@@ -89,10 +91,86 @@ func TestByIDStatementsUseThePrimaryKey(t *testing.T) {
 	}
 }
 
+// TestByIDStatementsProbeOnStaleStatistics: the hot-path statements that take
+// tasks by id read tasks one primary-key probe per id even in a generic plan made
+// while the table held 1,600 rows, which a hot-path connection
+// (storage.HotPathSettings) keeps as the table grows until a change of tasks'
+// indexes' height or an ANALYZE makes it plan again. Such a plan was a sequential
+// scan and a hash join for the claim, and a sequential scan for each id for the ack
+// (tens of thousands of rows read per call after a burst).
+func TestByIDStatementsProbeOnStaleStatistics(t *testing.T) {
+	_, pool := queueWithRows(t,
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
+			SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, 1600)`,
+		`ANALYZE tasks`)
+	hot := hotPlans(t, pool)
+	for name, sql := range storage.HotByIDStatements {
+		if err := probesByID(hot(name, sql)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// scanOfTasks is a plan line that reads tasks.
+var scanOfTasks = regexp.MustCompile(`(Seq Scan|Index Scan using (\S+)|Index Only Scan using (\S+)|Bitmap Heap Scan|Tid Scan) on tasks\b`)
+
+// probesByID returns an error unless every read of tasks in plan (EXPLAIN's text) is
+// a probe of tasks_pkey by id: an index scan of it, or a bitmap scan of it, whose
+// index condition is on id.
+func probesByID(plan string) error {
+	lines := strings.Split(plan, "\n")
+	found := false
+	for i, line := range lines {
+		m := scanOfTasks.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		found = true
+		// the node's own lines and its children's: deeper than its arrow
+		depth := strings.Index(line, "->")
+		var block []string
+		for _, l := range lines[i+1:] {
+			if d := strings.Index(l, "->"); d >= 0 && d <= depth {
+				break
+			}
+			block = append(block, l)
+		}
+		body := strings.Join(block, "\n")
+		idx := m[2]
+		if m[1] == "Bitmap Heap Scan" {
+			idx = "?"
+			if strings.Contains(body, "Bitmap Index Scan on tasks_pkey") {
+				idx = "tasks_pkey"
+			}
+		}
+		if idx != "tasks_pkey" || !strings.Contains(body, "Index Cond: (id = ") {
+			return fmt.Errorf("reads tasks other than by a probe of tasks_pkey per id (%s):\n%s", strings.TrimSpace(line), plan)
+		}
+	}
+	if !found {
+		return fmt.Errorf("no read of tasks:\n%s", plan)
+	}
+	return nil
+}
+
+// hotPlans is genericPlans on a connection with a hot-path connection's settings
+// (storage.HotPathSettings), which the plans of the hot-path statements are made with.
+func hotPlans(t *testing.T, pool *pgxpool.Pool) func(name, sql string) string {
+	t.Helper()
+	return plansWith(t, pool, storage.HotPathSettingsStatement)
+}
+
 // genericPlans returns a function that gives the generic plan of a statement (the
 // one a connection with plan_cache_mode = force_generic_plan keeps, such as the
 // hot-path pool's), on a connection of pool held until the test ends.
 func genericPlans(t *testing.T, pool *pgxpool.Pool) func(name, sql string) string {
+	t.Helper()
+	return plansWith(t, pool, "SET plan_cache_mode = force_generic_plan")
+}
+
+// plansWith is genericPlans on a connection that ran settings, which must set
+// plan_cache_mode = force_generic_plan.
+func plansWith(t *testing.T, pool *pgxpool.Pool, settings string) func(name, sql string) string {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
@@ -100,10 +178,10 @@ func genericPlans(t *testing.T, pool *pgxpool.Pool) func(name, sql string) strin
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+	if _, err := conn.Exec(ctx, settings); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") })
+	t.Cleanup(func() { _, _ = conn.Exec(ctx, "RESET ALL") })
 	return func(name, sql string) string {
 		t.Helper()
 		stmt := "plan_" + strings.ReplaceAll(name, " ", "_")

@@ -32,6 +32,22 @@ import (
 // reads the whole index for each id. The primary key costs a few buffers per id
 // whatever the status counts (TestByIDStatementsUseThePrimaryKey).
 //
+// No join on the hot path: the hot-path statements that take tasks by id (claim,
+// plain ack, heartbeats) take them with t.id = ANY($1), each task's other inputs
+// found by its id's position in $1 (array_position) or by a scalar subquery over the
+// input's rows for that task (a token given twice), rather than joining tasks to
+// unnest($1, ...). A join let the planner choose how to meet the ids, and a generic
+// plan made while tasks was small (1,600 rows) scanned the table and hashed the ids,
+// a plan the connection keeps as the table grows (until an ANALYZE, or a change of
+// one of its indexes' height, makes it plan again); with no join there is no such
+// choice, and the hot-path connections' enable_seqscan = off and enable_bitmapscan =
+// off (HotPathSettings) leave one plan: an index scan of tasks_pkey, one probe per id
+// (TestByIDStatementsProbeOnStaleStatistics). What no statement form bounds is a
+// tasks that PostgreSQL believes empty (analysed with no live row but pages left):
+// every read of it then costs about one page, and an index holding id among its
+// columns (tasks_status_list_idx) ties with the primary key (see design-notes.md,
+// "Plans made once").
+//
 // Plain lease tokens: a claim gives a task outside a workflow a random UUID of
 // version 8 (RFC 9562's vendor-specific version), where a workflow step's is of
 // version 4, so that an ack can be sent to the statement for its kind of task before

@@ -127,6 +127,11 @@ func BehindTransactionPooler(url string) ConnectOption {
 //     generic plan is the one a custom plan would pick; left to choose, PostgreSQL
 //     re-planned the claim on every call (about 0.4 ms of CPU) because it costs the
 //     generic plan's id array at ten rows and a custom plan's at the one it holds;
+//   - makes those plans without sequential or bitmap scans (enable_seqscan and
+//     enable_bitmapscan off): a plan made once is kept while the table grows, and
+//     one made while tasks was small chose a scan of it; the hot-path statements
+//     read tasks by primary key or the heads of a queue's dispatch index, so an
+//     index scan is what they take on a table of any size;
 //   - writes the count deltas of the hot-path statements in the statements
 //     themselves (taskforge.tally = 'inline'; migration 0013), so that the tally
 //     triggers, which cost each statement a PL/pgSQL call and a query of its
@@ -134,7 +139,7 @@ func BehindTransactionPooler(url string) ConnectOption {
 //     (taskforge.group_tally = 'inline'; migration 0028), one row per group and
 //     status per statement instead of a row trigger's call and row per task.
 //
-// Both are session settings, which a transaction pooler does not keep: behind one
+// These are session settings, which a transaction pooler does not keep: behind one
 // (BehindTransactionPooler) it changes nothing, the store should be given no hot
 // pool, and the triggers count as before. Only the statements the Store sends to
 // its hot pool may run on such a connection; any other write would go uncounted.

@@ -17,6 +17,10 @@
 -- claim, which then moves as succeeded. Its outcome is counted here on any connection
 -- (no update of attempts for the trigger), once per acked task.
 --
+-- A task is acked when one of the rows of its id holds its token and worker (the
+-- first such row's result is stored): a scalar subquery over the rows for each task
+-- found, not a join (statements.go).
+--
 -- Parameters:
 --   $1 uuid[]: the id of each row
 --   $2 uuid[]: the token of each row
@@ -25,18 +29,20 @@
 --   $5 timestamptz: the time (NULL: now())
 -- Returns: id, queue, status, attempts, lease_token, attempt_started_at, traceparent,
 --   updated_at, finished_at, group_key.
-WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) AS i(id, token, worker, result)
-), acked AS (
+WITH acked AS (
 	-- the task leaves tasks done, into history as it now is (task_history has the
 	-- columns of tasks, in order)
-	DELETE FROM tasks t USING input i
-	WHERE t.id = i.id AND t.lease_token = i.token AND t.claimed_by = i.worker
+	DELETE FROM tasks t
+	WHERE t.id = ANY($1::uuid[]) -- by primary key, no join (statements.go)
+		AND (SELECT true FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS i(id, token, worker)
+			WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by LIMIT 1)
 		AND t.status || '' = 'executing' -- by primary key (statements.go)
 		AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND t.workflow_id IS NULL
 	RETURNING t.id, t.queue, t.payload, t.priority, 'done'::text AS status, t.scheduled_at, t.attempts,
-		t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, i.result::jsonb AS result,
+		t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, (SELECT i.result FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY
+			AS i(id, token, worker, result, n)
+			WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by ORDER BY n LIMIT 1)::jsonb AS result,
 		t.claimed_by, t.lease_token, NULL::timestamptz AS lease_expires_at, t.heartbeat_at,
 		NULL::timestamptz AS deadline_at, t.dispatched_at, t.cancel_requested, t.replayed_from, t.replay_count,
 		t.replayed_at, t.created_at, coalesce($5::timestamptz, now()) AS updated_at,

@@ -5,7 +5,9 @@
 -- claimed_by, lease_token, attempt_started_at): no attempt row is written until the
 -- attempt ends (migration 0033; all_attempts reads it from the task). Ids no longer
 -- claimable (cancelled, already taken by another replica) are skipped; an id given
--- twice is claimed once. A task outside a workflow gets a plain lease token (a
+-- twice is claimed once, for the worker given with it first. The ids are taken with
+-- id = ANY($1), each row's worker found by its id's position, not through a join
+-- (one probe of tasks_pkey per id whatever the statistics: statements.go). A task outside a workflow gets a plain lease token (a
 -- version 8 UUID, see statements.go). On a hot-path connection it appends its count deltas
 -- (tally_written_inline()) and its named groups' (group_tally_written_inline(), one
 -- row per group and status, migration 0028).
@@ -16,13 +18,11 @@
 --   $3 float8: the lease to grant, in milliseconds
 --   $4 timestamptz: the time (NULL: now())
 -- Returns: every column of the task row (as get_task).
-WITH input AS (
-	SELECT DISTINCT ON (id) id, worker FROM unnest($1::uuid[], $2::text[]) AS i(id, worker)
-), claimed AS (
+WITH claimed AS (
 	UPDATE tasks t SET
 		status = 'executing',
 		attempts = t.attempts + 1,
-		claimed_by = i.worker,
+		claimed_by = ($2::text[])[array_position($1::uuid[], t.id)],
 		lease_token = CASE WHEN t.workflow_id IS NULL THEN overlay(gen_random_uuid()::text PLACING '8' FROM 15)::uuid ELSE gen_random_uuid() END,
 		heartbeat_at = coalesce($4::timestamptz, now()),
 		attempt_started_at = coalesce($4::timestamptz, now()),
@@ -32,8 +32,7 @@ WITH input AS (
 		cancel_requested = false,
 		progress = NULL, -- a new attempt starts with no progress reported
 		updated_at = coalesce($4::timestamptz, now())
-	FROM input i
-	WHERE t.id = i.id AND t.status || '' = 'claimed' -- by primary key (statements.go)
+	WHERE t.id = ANY($1::uuid[]) AND t.status || '' = 'claimed' -- by primary key, no join (statements.go)
 	RETURNING t.id, t.queue, t.payload, t.priority, t.status, t.scheduled_at, t.attempts,
 	t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, t.result,
 	t.claimed_by, t.lease_token, t.heartbeat_at, t.lease_expires_at, t.cancel_requested,
