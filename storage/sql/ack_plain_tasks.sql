@@ -22,9 +22,10 @@
 -- claim, which then moves as succeeded. Its outcome is counted here on any connection
 -- (no update of attempts for the trigger), once per acked task.
 --
--- A task is acked when one of the rows of its id holds its token and worker (the
--- first such row's result is stored): a scalar subquery over the rows for each task
--- found, not a join (statements.go).
+-- A task is acked when a row of its id holds its token and worker (the first such
+-- row's result is stored): the row at its id's first position in $1, else (an id
+-- given twice) the first found by a scalar subquery over the rows; no join
+-- (statements.go).
 --
 -- Parameters:
 --   $1 uuid[]: the id of each row
@@ -38,15 +39,23 @@ WITH acked AS (
 	-- columns of tasks, in order)
 	DELETE FROM tasks t
 	WHERE t.id = ANY($1::uuid[]) -- by primary key, no join (statements.go)
-		AND (SELECT true FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS i(id, token, worker)
-			WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by LIMIT 1)
+		AND (t.lease_token = ($2::uuid[])[array_position($1::uuid[], t.id)]
+				AND t.claimed_by = ($3::text[])[array_position($1::uuid[], t.id)]
+			-- an id given twice: any of its rows (evaluated only then)
+			OR (SELECT true FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS i(id, token, worker)
+				WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by LIMIT 1))
 		AND t.status || '' = 'executing' -- by primary key (statements.go)
 		AND t.lease_expires_at > coalesce($5::timestamptz, now())
 		AND t.workflow_id IS NULL
 	RETURNING t.id, t.queue, t.payload, t.priority, 'done'::text AS status, t.scheduled_at, t.attempts,
-		t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error, (SELECT i.result FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY
-			AS i(id, token, worker, result, n)
-			WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by ORDER BY n LIMIT 1)::jsonb AS result,
+		t.max_retries, t.timeout_seconds, t.idempotency_key, t.fingerprint, t.last_error,
+		CASE WHEN t.lease_token = ($2::uuid[])[array_position($1::uuid[], t.id)]
+				AND t.claimed_by = ($3::text[])[array_position($1::uuid[], t.id)]
+			THEN ($4::text[])[array_position($1::uuid[], t.id)]
+			ELSE (SELECT i.result FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY
+				AS i(id, token, worker, result, n)
+				WHERE i.id = t.id AND i.token = t.lease_token AND i.worker = t.claimed_by ORDER BY n LIMIT 1)
+		END::jsonb AS result,
 		t.claimed_by, t.lease_token, NULL::timestamptz AS lease_expires_at, t.heartbeat_at,
 		NULL::timestamptz AS deadline_at, t.dispatched_at, t.cancel_requested, t.replayed_from, t.replay_count,
 		t.replayed_at, t.created_at, coalesce($5::timestamptz, now()) AS updated_at,
