@@ -36,6 +36,10 @@ var HotByIDStatements = map[string]string{
 	"ack plain refs":  ackPlainTaskRefs,
 }
 
+// DispatchDueGrouped is a fair queue's dispatch, which also runs on the hot-path
+// pool, for the plan tests.
+var DispatchDueGrouped = dispatchDueGrouped
+
 // ListTasks is the task list's statement, for the plan tests.
 var ListTasks = listTasks
 

@@ -111,6 +111,23 @@ func TestByIDStatementsProbeOnStaleStatistics(t *testing.T) {
 	}
 }
 
+// TestFairDispatchMovesByIDOnStaleStatistics: a fair queue's dispatch runs on the
+// hot-path pool too, so its plan is generic and kept. Its heads read the dispatch
+// indexes; the update that moves them must probe tasks_pkey per head, not scan tasks
+// and hash-join, as its generic plan did on statistics of 1,600 rows before hot-path
+// connections turned sequential and bitmap scans off.
+func TestFairDispatchMovesByIDOnStaleStatistics(t *testing.T) {
+	_, pool := queueWithRows(t,
+		`INSERT INTO tasks (id, queue, payload, priority, status, scheduled_at, max_retries)
+			SELECT gen_random_uuid(), 'q', '{}', 5, 'pending', now(), 3 FROM generate_series(1, 1600)`,
+		`ANALYZE tasks`)
+	plan := hotPlans(t, pool)("dispatch_due_grouped", storage.DispatchDueGrouped)
+	if !strings.Contains(plan, "Index Scan using tasks_pkey on tasks t ") ||
+		strings.Contains(plan, "Seq Scan on tasks") || strings.Contains(plan, "Bitmap Heap Scan on tasks") {
+		t.Fatalf("the fair dispatch's update does not probe tasks_pkey per head:\n%s", plan)
+	}
+}
+
 // scanOfTasks is a plan line that reads tasks.
 var scanOfTasks = regexp.MustCompile(`(Seq Scan|Index Scan using (\S+)|Index Only Scan using (\S+)|Bitmap Heap Scan|Tid Scan) on tasks\b`)
 
