@@ -2,13 +2,8 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
-
-	"github.com/google/uuid"
-
-	"github.com/taskforge/taskforge/storage"
 )
 
 // BenchmarkDispatchDue runs dispatch_due alone (Store.DispatchDue) on a queue of
@@ -26,21 +21,7 @@ func BenchmarkDispatchDue(b *testing.B) {
 			var ticks int64
 			calls := 0
 			run := func(measure bool) {
-				tasks := make([]storage.NewTask, perIteration)
-				for i := range tasks {
-					tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`{}`), Priority: 5}
-				}
-				if measure {
-					b.StopTimer()
-				}
-				if _, err := s.EnqueueWith(ctx, "q", tasks, storage.EnqueueOptions{Refs: true}); err != nil {
-					b.Fatal(err)
-				}
-				var before int64
-				if measure {
-					before = backendTicks(b, s)
-					b.StartTimer()
-				}
+				before := enqueueNoops(b, s, "q", perIteration, measure)
 				for moved := 0; moved < perIteration; {
 					got, err := s.DispatchDue(ctx, "q", batch, 1e13)
 					if err != nil || len(got) == 0 {

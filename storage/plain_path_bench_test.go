@@ -2,11 +2,8 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/taskforge/taskforge/storage"
 )
@@ -26,21 +23,7 @@ func BenchmarkPlainTaskPath(b *testing.B) {
 	s := newStore(b)
 	var ticks int64
 	run := func(measure bool) {
-		tasks := make([]storage.NewTask, perIteration)
-		for i := range tasks {
-			tasks[i] = storage.NewTask{ID: uuid.Must(uuid.NewV7()), Payload: json.RawMessage(`{}`), Priority: 5}
-		}
-		if measure {
-			b.StopTimer()
-		}
-		if _, err := s.EnqueueWith(ctx, "q", tasks, storage.EnqueueOptions{Refs: true}); err != nil {
-			b.Fatal(err)
-		}
-		var before int64
-		if measure {
-			before = backendTicks(b, s)
-			b.StartTimer()
-		}
+		before := enqueueNoops(b, s, "q", perIteration, measure)
 		var due []storage.Buffered
 		for len(due) < perIteration {
 			got, err := s.DispatchDue(ctx, "q", 100, 1e13)
