@@ -50,14 +50,7 @@ func BenchmarkDispatchDue(b *testing.B) {
 					b.StartTimer()
 				}
 			}
-			run(false) // warm-up: plans cached, tables touched
-			if _, err := s.Pool().Exec(ctx, `ANALYZE tasks`); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for range b.N {
-				run(true)
-			}
+			warmThenMeasure(b, s, run)
 			n := float64(b.N * perIteration)
 			b.ReportMetric(float64(ticks)*1e6/100/n, "pg-µs/task") // 100 clock ticks a second
 			b.ReportMetric(float64(ticks)*1e6/100/float64(calls), "pg-µs/call")

@@ -129,6 +129,20 @@ func enqueueNoops(b *testing.B, s *storage.Store, queue string, n int, measure b
 	return before
 }
 
+// warmThenMeasure runs run once unmeasured (plans cached, tables touched), analyzes
+// tasks as it then stands, and runs it b.N times measured.
+func warmThenMeasure(b *testing.B, s *storage.Store, run func(measure bool)) {
+	b.Helper()
+	run(false)
+	if _, err := s.Pool().Exec(context.Background(), `ANALYZE tasks`); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		run(true)
+	}
+}
+
 // backendTicks sums utime + stime of the backends of s's database (both pools'
 // connections, opened by the warm-up and kept by the pools), from /proc.
 func backendTicks(b *testing.B, s *storage.Store) int64 {

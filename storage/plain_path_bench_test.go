@@ -49,14 +49,7 @@ func BenchmarkPlainTaskPath(b *testing.B) {
 			ticks += backendTicks(b, s) - before
 		}
 	}
-	run(false) // warm-up: plans cached, tables touched
-	if _, err := s.Pool().Exec(ctx, `ANALYZE tasks`); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for range b.N {
-		run(true)
-	}
+	warmThenMeasure(b, s, run)
 	n := float64(b.N * perIteration)
 	b.ReportMetric(float64(ticks)*1e6/100/n, "pg-µs/task") // 100 clock ticks a second
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/n, "µs/task")
